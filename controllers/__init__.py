@@ -1,0 +1,12 @@
+"""Built-in controllers; importing this package registers them in ``framework.controller.CONTROLLERS``."""
+
+from importlib import import_module
+
+_MODULES = ("baselines",)
+
+for _name in _MODULES:
+    try:
+        import_module(f"{__name__}.{_name}")
+    except ModuleNotFoundError as exc:  # a module still being written must not break the others
+        if exc.name != f"{__name__}.{_name}":
+            raise

@@ -1,0 +1,237 @@
+"""The published baselines every result is compared with, as controllers.
+
+* ``sequential``: one token per step, the most confident (the one-token-per-step reference).
+* ``llada`` / ``llada_random``: LLaDA's fixed number of steps per block with low-confidence or
+  random remasking, and LLaDA's split of a block's tokens over its steps
+  (``base = n // steps``, the first ``n % steps`` steps take one more).
+* ``dream_confidence`` / ``dream_margin`` / ``dream_entropy``: Dream's top-k by confidence
+  (``maskgit_plus``), margin (``topk_margin``) and negative entropy (``entropy``), committing
+  ``int(n · (1 − s/t))`` tokens at step i with ``t, s`` consecutive timesteps of
+  ``linspace(1, ε, steps + 1)``, all remaining tokens at the last step.
+* ``fast_dllm``: Fast-dLLM's threshold rule: every position whose confidence exceeds the
+  threshold, at least the most confident one.
+* ``eb``: the entropy-bounded sampler: sort by an error proxy and commit the largest prefix whose
+  summed entropy minus its largest entropy stays within γ.
+
+Where a published schedule would spend a forward pass committing nothing (LLaDA with more steps
+than tokens in a block, Dream's first steps when ``n·(1−s/t) < 1``), the loop commits the single
+most confident token instead: a step never commits zero tokens, so NFE ≤ the scheduled steps.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from framework.controller import CONTROLLERS, Controller, Decision, DecodeState, select_topk
+from framework.features import StepFeatures
+from framework.params import Param, ParameterError
+from framework.rng import gumbel, uniform
+
+RANDOM_REMASK_SALT = 0x11ADA
+DREAM_ALG_SALT = 0xD8EA
+
+
+def _steps_per_block(owner: Controller, steps: int, state: DecodeState) -> int:
+    nb = state.config.num_blocks
+    if steps % nb != 0:
+        raise ParameterError(
+            f"{owner.display_name()}.steps={steps} must be a multiple of the number of blocks "
+            f"({nb} = gen_length {state.config.gen_length} / block_length "
+            f"{state.config.effective_block_length}); change steps or --set block_length"
+        )
+    return steps // nb
+
+
+@CONTROLLERS.register("sequential", aliases=("one_per_step",))
+class Sequential(Controller):
+    """One token per step, the most confident eligible one (the reference decoder)."""
+
+    kind = "reference"
+    params: dict = {}
+
+    def __init__(self) -> None:
+        pass
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        return Decision(commit=select_topk(f.confidence, f.eligible, 1))
+
+
+def llada_transfer_count(n_at_start: torch.Tensor, block_step: torch.Tensor, steps: int) -> torch.Tensor:
+    """LLaDA's ``get_num_transfer_tokens``: tokens to commit at ``block_step`` of a block that
+    started with ``n_at_start`` masked tokens, spread over ``steps`` steps."""
+    base = n_at_start // steps
+    rem = n_at_start % steps
+    return base + (block_step < rem).long()
+
+
+@CONTROLLERS.register("llada")
+class LLaDA(Controller):
+    """LLaDA: fixed steps per block, commit the k most confident (low-confidence remasking)."""
+
+    kind = "baseline"
+    params = {
+        "steps": Param(int, low=1, doc="total steps over all blocks (a multiple of the block count)",
+                       tune=(8, 64)),
+        "remasking": Param(str, choices=("low_confidence", "random"), doc="which tokens stay masked"),
+    }
+
+    def __init__(self, steps: int = 32, remasking: str = "low_confidence") -> None:
+        self.steps = steps
+        self.remasking = remasking
+
+    def reset(self, state: DecodeState) -> None:
+        super().reset(state)
+        _steps_per_block(self, self.steps, state)
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        spb = _steps_per_block(self, self.steps, state)
+        k = llada_transfer_count(f.block_masked_at_start, f.block_step, spb)
+        k = torch.where(f.block_step >= spb - 1, f.n_eligible, k)
+        if self.remasking == "random":
+            scores = uniform(state.seeds, f.step, RANDOM_REMASK_SALT, (f.x0.shape[1],))
+        else:
+            scores = f.confidence
+        return Decision(commit=select_topk(scores, f.eligible, k), info={"k": k})
+
+
+@CONTROLLERS.register("llada_random")
+class LLaDARandom(LLaDA):
+    """LLaDA with random remasking: the k committed tokens are chosen uniformly at random."""
+
+    stochastic = True
+    params = {"steps": LLaDA.params["steps"]}
+
+    def __init__(self, steps: int = 32) -> None:
+        self.steps = steps
+
+    @property
+    def remasking(self) -> str:  # fixed for this variant
+        return "random"
+
+
+DREAM_ALGS = {"maskgit_plus": "confidence", "topk_margin": "margin", "entropy": "neg_entropy"}
+
+
+class _Dream(Controller):
+    """Dream's diffusion_generate top-k schedule; the subclass fixes the confidence measure."""
+
+    kind = "baseline"
+    alg = "maskgit_plus"
+    params = {
+        "steps": Param(int, low=1, doc="steps over all blocks (Dream's diffusion_steps)", tune=(8, 64)),
+        "eps": Param(float, low=0.0, high=1.0, low_exclusive=True, doc="final timestep ε"),
+        "alg_temp": Param(float, low=0.0, nullable=True,
+                          doc="null = top-k; > 0 = sample positions ∝ softmax(confidence / alg_temp)"),
+    }
+
+    def __init__(self, steps: int = 32, eps: float = 1e-3, alg_temp: float | None = None) -> None:
+        self.steps = steps
+        self.eps = eps
+        self.alg_temp = alg_temp
+
+    @property
+    def stochastic(self) -> bool:  # type: ignore[override]
+        return bool(self.alg_temp)
+
+    def reset(self, state: DecodeState) -> None:
+        super().reset(state)
+        _steps_per_block(self, self.steps, state)
+
+    def scores(self, f: StepFeatures) -> torch.Tensor:
+        if self.alg == "maskgit_plus":
+            return f.confidence
+        if self.alg == "topk_margin":
+            return f.margin
+        return -f.entropy
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        spb = _steps_per_block(self, self.steps, state)
+        i = f.block_step.double()
+        t = 1.0 - i * (1.0 - self.eps) / spb
+        s = 1.0 - (i + 1.0) * (1.0 - self.eps) / spb
+        n = f.n_eligible
+        k = (n.double() * (1.0 - s / t)).floor().long()
+        k = torch.where(f.block_step >= spb - 1, n, k)
+        scores = self.scores(f)
+        if self.alg_temp:
+            g = gumbel(state.seeds, f.step, DREAM_ALG_SALT, (f.x0.shape[1],))
+            scores = torch.log_softmax(
+                torch.where(f.eligible, scores / self.alg_temp, torch.full_like(scores, -1e9)), dim=-1
+            ) + g
+        return Decision(commit=select_topk(scores, f.eligible, k), info={"k": k})
+
+
+@CONTROLLERS.register("dream_confidence", aliases=("dream_maskgit_plus",))
+class DreamConfidence(_Dream):
+    """Dream maskgit_plus: commit the top-k positions by confidence p(x0)."""
+
+    alg = "maskgit_plus"
+
+
+@CONTROLLERS.register("dream_margin", aliases=("dream_topk_margin",))
+class DreamMargin(_Dream):
+    """Dream topk_margin: commit the top-k positions by margin top1 − top2."""
+
+    alg = "topk_margin"
+
+
+@CONTROLLERS.register("dream_entropy")
+class DreamEntropy(_Dream):
+    """Dream entropy: commit the top-k positions by negative entropy −H."""
+
+    alg = "entropy"
+
+
+@CONTROLLERS.register("fast_dllm", aliases=("fast_dllm_threshold",))
+class FastDLLM(Controller):
+    """Fast-dLLM threshold: commit every position with confidence > threshold (at least one)."""
+
+    kind = "baseline"
+    params = {
+        "threshold": Param(float, low=0.0, doc="confidence threshold; > 1 = one token per step",
+                           tune=(0.5, 0.99)),
+    }
+
+    def __init__(self, threshold: float = 0.9) -> None:
+        self.threshold = threshold
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        commit = f.eligible & (f.confidence > self.threshold)
+        commit = commit | select_topk(f.confidence, f.eligible, 1)
+        return Decision(commit=commit)
+
+
+EB_ORDERS = ("entropy", "confidence", "margin")
+
+
+@CONTROLLERS.register("eb", aliases=("eb_sampler",))
+class EBSampler(Controller):
+    """Entropy-bounded sampler: largest prefix (by error proxy) with ΣH − max H ≤ γ."""
+
+    kind = "baseline"
+    params = {
+        "gamma": Param(float, low=0.0, doc="entropy budget γ (0 = one token per step)", tune=(0.01, 2.0),
+                       log=True),
+        "order": Param(str, choices=EB_ORDERS, doc="error proxy used to sort positions"),
+    }
+
+    def __init__(self, gamma: float = 0.1, order: str = "entropy") -> None:
+        self.gamma = gamma
+        self.order = order
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        proxy = {"entropy": -f.entropy, "confidence": f.confidence, "margin": f.margin}[self.order]
+        masked_proxy = torch.where(f.eligible, proxy.float(), torch.full_like(proxy, float("-inf"), dtype=torch.float))
+        order = torch.argsort(masked_proxy, dim=1, descending=True, stable=True)
+        h_sorted = f.entropy.gather(1, order)
+        ok_sorted = f.eligible.gather(1, order)
+        h_sorted = torch.where(ok_sorted, h_sorted, torch.zeros_like(h_sorted))
+        cum = h_sorted.cumsum(1)
+        run_max = h_sorted.cummax(1).values
+        within = ((cum - run_max) <= self.gamma + 1e-12) & ok_sorted
+        # a prefix: stop at the first position that breaks the bound
+        prefix = within.long().cumprod(1).bool()
+        prefix[:, 0] |= ok_sorted[:, 0]
+        commit = torch.zeros_like(f.eligible)
+        commit.scatter_(1, order, prefix)
+        return Decision(commit=commit & f.eligible)
