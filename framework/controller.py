@@ -117,9 +117,9 @@ CONTROLLERS: Registry[Controller] = Registry(
 def build_controller(name: str, **params: Any) -> Controller:
     """Build a registered controller by name (or ``tuned:PATH`` for an exported YAML)."""
     if name.startswith("tuned:"):
-        from .tuned_loader import load_tuned_controller
+        from .controller_io import load_controller
 
-        return load_tuned_controller(name[len("tuned:"):], **params)
+        return load_controller(name[len("tuned:"):], **params)
     cls = CONTROLLERS.get(name)
     return cls.build(**params)  # type: ignore[return-value]
 
