@@ -86,7 +86,7 @@ class LLaDA(Controller):
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         spb = _steps_per_block(self, self.steps, state)
         k = llada_transfer_count(f.block_masked_at_start, f.block_step, spb)
-        k = torch.where(f.block_step >= spb - 1, f.n_eligible, k)
+        k = torch.where(f.block_step >= spb - 1, f.n_eligible, k).clamp(min=1)
         if self.remasking == "random":
             scores = uniform(state.seeds, f.step, RANDOM_REMASK_SALT, (f.x0.shape[1],))
         else:
@@ -151,7 +151,7 @@ class _Dream(Controller):
         s = 1.0 - (i + 1.0) * (1.0 - self.eps) / spb
         n = f.n_eligible
         k = (n.double() * (1.0 - s / t)).floor().long()
-        k = torch.where(f.block_step >= spb - 1, n, k)
+        k = torch.where(f.block_step >= spb - 1, n, k).clamp(min=1)
         scores = self.scores(f)
         if self.alg_temp:
             g = gumbel(state.seeds, f.step, DREAM_ALG_SALT, (f.x0.shape[1],))

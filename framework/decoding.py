@@ -232,6 +232,7 @@ def decode(
         t0 = time.perf_counter()
         logits = model(sub(x), attention_mask=sub(attn))
         forward_s += time.perf_counter() - t0
+        logits = suppress_mask_logit(logits, mask_id)
         feats = compute_features(
             logits,
             eligible=sub(eligible),
@@ -282,7 +283,8 @@ def decode(
         if decision.next_block_length is not None:
             next_len[rows] = decision.next_block_length.to(next_len).clamp(min=1)
         if trace:
-            rec = {"rows": rows.cpu(), "commits": commit.sum(1).cpu()}
+            rec = {"rows": rows.cpu(), "commits": commit.sum(1).cpu(), "commit": commit.cpu(),
+                   "block_start": sub(block_start).cpu(), "block_end": sub(block_end).cpu()}
             rec.update({k: v.detach().cpu() for k, v in decision.info.items()})
             records.append(rec)
 
@@ -301,6 +303,14 @@ def decode(
         fallbacks=fallbacks,
         trace=records,
     )
+
+
+def suppress_mask_logit(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """The mask token is never a prediction (MDLM's zero-masking parameterisation)."""
+    if 0 <= mask_id < logits.shape[-1]:
+        logits = logits.clone() if not logits.is_contiguous() or logits.requires_grad else logits
+        logits[..., mask_id] = float("-inf")
+    return logits
 
 
 def _eos_fill(

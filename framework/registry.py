@@ -127,10 +127,11 @@ class Registry(Generic[T]):
             obj = _import_string(obj)
             self._check_type(key, obj)
             self._table[key] = obj
-            try:
-                obj.registry_name = key
-            except (AttributeError, TypeError):
-                pass
+            if "registry_name" not in getattr(obj, "__dict__", {}):
+                try:
+                    obj.registry_name = key
+                except (AttributeError, TypeError):
+                    pass
         return obj
 
     def names(self) -> list[str]:

@@ -70,3 +70,14 @@ def resolve_decoding(args: argparse.Namespace, defaults: Optional[dict[str, Any]
     config = DecodeConfig.build(**cfg_kw)
     controller = build_controller(args.controller, **ctrl_kw)
     return DecodingSetup(controller=controller, config=config, controller_name=args.controller)
+
+
+def build_lookahead(args: argparse.Namespace):
+    """A :class:`framework.lookahead.Lookahead` from ``--scorer SPEC``, or ``None`` without one."""
+    spec = getattr(args, "scorer", None)
+    if not spec:
+        return None
+    from ..lookahead import Lookahead
+    from ..scorer import parse_scorer_spec
+
+    return Lookahead(parse_scorer_spec(spec))

@@ -1,0 +1,42 @@
+"""Named strategy suites: which controllers (with which parameters) a benchmark compares.
+
+A strategy is ``(label, controller name, params)``. Parameters that depend on the task (the
+number of steps) are given as fractions of the generation length and resolved per task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Strategy:
+    label: str
+    controller: str
+    params: dict = field(default_factory=dict)
+    decode: dict = field(default_factory=dict)
+
+    def resolve(self, gen_length: int, block_length: int) -> dict[str, Any]:
+        """Controller parameters with ``steps_per_token`` turned into LLaDA/Dream ``steps``."""
+        params = dict(self.params)
+        if "steps_per_token" in params:
+            frac = params.pop("steps_per_token")
+            nb = gen_length // block_length
+            steps = max(nb, int(round(gen_length * frac / nb)) * nb)
+            params["steps"] = steps
+        return params
+
+
+BASELINES: tuple[Strategy, ...] = (
+    Strategy("sequential", "sequential"),
+    Strategy("llada (G/2 steps)", "llada", {"steps_per_token": 0.5}),
+    Strategy("llada_random (G/2 steps)", "llada_random", {"steps_per_token": 0.5}),
+    Strategy("dream_confidence (G/2 steps)", "dream_confidence", {"steps_per_token": 0.5}),
+    Strategy("dream_margin (G/2 steps)", "dream_margin", {"steps_per_token": 0.5}),
+    Strategy("dream_entropy (G/2 steps)", "dream_entropy", {"steps_per_token": 0.5}),
+    Strategy("fast_dllm (τ=0.9)", "fast_dllm", {"threshold": 0.9}),
+    Strategy("fast_dllm (τ=0.7)", "fast_dllm", {"threshold": 0.7}),
+    Strategy("eb (γ=0.1)", "eb", {"gamma": 0.1}),
+    Strategy("eb (γ=1.0)", "eb", {"gamma": 1.0}),
+)
