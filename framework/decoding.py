@@ -163,6 +163,7 @@ def decode(
     seeds: Any = None,
     lookahead: Any = None,
     trace: bool = False,
+    extras: Optional[dict[str, Any]] = None,
 ) -> DecodeResult:
     """Decode a batch of prompts with ``controller``.
 
@@ -176,6 +177,10 @@ def decode(
             row ``b`` depend only on its prompt and seed, never on the rest of the batch.
         lookahead: a :class:`framework.lookahead.Lookahead` (scorers + rollout policy) or ``None``.
         trace: record per-step commit counts and the decision's ``info`` tensors.
+        extras: per-call values for controllers and the lookahead, put into ``state.extras``
+            (e.g. ``tokenizer``, per-sample ``meta`` / ``prompt_text`` lists, a ``span_mask``
+            ``[B, G]``). The loop adds ``sample_index`` ``[B]`` (row of each sample in this call)
+            and, every step, ``canvas`` (the current tokens of the rows being decided).
     """
     config = config or DecodeConfig()
     config.validate()
@@ -197,6 +202,8 @@ def decode(
         eos_token_id=eos_id,
         pad_token_id=pad_id,
     )
+    state.extras.update(extras or {})
+    state.extras["sample_index"] = torch.arange(B, device=device)
     controller.reset(state)
 
     zeros = lambda: torch.zeros(B, dtype=torch.long, device=device)  # noqa: E731
@@ -248,6 +255,7 @@ def decode(
             temperature=config.temperature,
             seeds=sub(state.seeds),
         )
+        state.extras["canvas"] = x
         sub_state = state if full else state.rows(rows)
         decision = controller.decide(feats, sub_state)
         if not full:
@@ -257,7 +265,8 @@ def decode(
 
         if lookahead is not None and decision.depth is not None:
             budget_left = config.lookahead_budget - sub(la_nfe)
-            la = lookahead.refine(model, sub(x), sub(attn), feats, decision, commit, tokens, sub_state, budget_left)
+            la = lookahead.refine(model, sub(x), sub(attn), feats, decision, commit, tokens, sub_state, budget_left,
+                                  controller=controller)
             tokens, commit = la.tokens, la.commit & feats.eligible
             la_nfe[rows] += la.extra_nfe
             nfe[rows] += la.extra_nfe
@@ -271,7 +280,8 @@ def decode(
         xs = sub(x)
         xs = torch.where(commit, tokens, xs)
         if config.eos_fill and eos_id is not None:
-            xs = _eos_fill(xs, commit, tokens, feats.confidence, sub(rel), sub(in_gen), mask_id, int(eos_id),
+            own_conf = torch.where(tokens == feats.x0, feats.confidence, torch.zeros_like(feats.confidence))
+            xs = _eos_fill(xs, commit, tokens, own_conf, sub(rel), sub(in_gen), mask_id, int(eos_id),
                            config.eos_fill_threshold)
         if full:
             x = xs
