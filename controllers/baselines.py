@@ -8,7 +8,9 @@
   (``maskgit_plus``), margin (``topk_margin``) and negative entropy (``entropy``), committing
   ``int(n · (1 − s/t))`` tokens at step i with ``t, s`` consecutive timesteps of
   ``linspace(1, ε, steps + 1)``, all remaining tokens at the last step.
-* ``fast_dllm``: Fast-dLLM's threshold rule: every position whose confidence exceeds the
+* ``dream_origin``: Dream's default ``origin`` algorithm: every masked position is revealed
+  independently with probability ``1 − s/t`` (all at the last step).
+* ``fast_dllm``: Fast-dLLM's threshold rule: every position whose confidence is at least the
   threshold, at least the most confident one.
 * ``eb``: the entropy-bounded sampler: sort by an error proxy and commit the largest prefix whose
   summed entropy minus its largest entropy stays within γ.
@@ -16,6 +18,9 @@
 Where a published schedule would spend a forward pass committing nothing (LLaDA with more steps
 than tokens in a block, Dream's first steps when ``n·(1−s/t) < 1``), the loop commits the single
 most confident token instead: a step never commits zero tokens, so NFE ≤ the scheduled steps.
+Dream counts masked tokens as a batch average (``mask_index.sum() / B``); we count them per
+sample, so a sample's schedule does not depend on its batch. Features use the untempered
+softmax (LLaDA's convention), also at temperature > 0, where Dream scores tempered probabilities.
 """
 
 from __future__ import annotations
@@ -73,11 +78,13 @@ class LLaDA(Controller):
         "steps": Param(int, low=1, doc="total steps over all blocks (a multiple of the block count)",
                        tune=(8, 64)),
         "remasking": Param(str, choices=("low_confidence", "random"), doc="which tokens stay masked"),
+        "confidence_eos_inf": Param(bool, doc="rank EOS last (LLaDA's confidence_eos_eot_inf)"),
     }
 
-    def __init__(self, steps: int = 32, remasking: str = "low_confidence") -> None:
+    def __init__(self, steps: int = 32, remasking: str = "low_confidence", confidence_eos_inf: bool = False) -> None:
         self.steps = steps
         self.remasking = remasking
+        self.confidence_eos_inf = confidence_eos_inf
 
     def reset(self, state: DecodeState) -> None:
         super().reset(state)
@@ -91,6 +98,8 @@ class LLaDA(Controller):
             scores = uniform(state.seeds, f.step, RANDOM_REMASK_SALT, (f.x0.shape[1],))
         else:
             scores = f.confidence
+        if self.confidence_eos_inf and state.eos_token_id is not None:
+            scores = torch.where(f.x0 == state.eos_token_id, torch.full_like(scores, -1.0), scores)
         return Decision(commit=select_topk(scores, f.eligible, k), info={"k": k})
 
 
@@ -99,10 +108,11 @@ class LLaDARandom(LLaDA):
     """LLaDA with random remasking: the k committed tokens are chosen uniformly at random."""
 
     stochastic = True
-    params = {"steps": LLaDA.params["steps"]}
+    params = {"steps": LLaDA.params["steps"], "confidence_eos_inf": LLaDA.params["confidence_eos_inf"]}
 
-    def __init__(self, steps: int = 32) -> None:
+    def __init__(self, steps: int = 32, confidence_eos_inf: bool = False) -> None:
         self.steps = steps
+        self.confidence_eos_inf = confidence_eos_inf
 
     @property
     def remasking(self) -> str:  # fixed for this variant
@@ -182,13 +192,40 @@ class DreamEntropy(_Dream):
     alg = "entropy"
 
 
+@CONTROLLERS.register("dream_origin")
+class DreamOrigin(_Dream):
+    """Dream origin: each masked position is revealed independently with probability 1 − s/t."""
+
+    alg = "origin"
+    stochastic = True  # type: ignore[assignment]
+    params = {k: v for k, v in _Dream.params.items() if k != "alg_temp"}
+
+    def __init__(self, steps: int = 32, eps: float = 1e-3) -> None:
+        self.steps = steps
+        self.eps = eps
+
+    alg_temp = None
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        spb = _steps_per_block(self, self.steps, state)
+        i = f.block_step.double()
+        t = 1.0 - i * (1.0 - self.eps) / spb
+        s = 1.0 - (i + 1.0) * (1.0 - self.eps) / spb
+        p_reveal = torch.where(f.block_step >= spb - 1, torch.ones_like(t), 1.0 - s / t)
+        u = uniform(state.seeds, f.step, DREAM_ALG_SALT + 1, (f.x0.shape[1],)).double()
+        commit = f.eligible & (u < p_reveal[:, None])
+        # never an empty step: reveal the position with the smallest draw
+        commit = commit | select_topk(-u.float(), f.eligible, 1)
+        return Decision(commit=commit)
+
+
 @CONTROLLERS.register("fast_dllm", aliases=("fast_dllm_threshold",))
 class FastDLLM(Controller):
-    """Fast-dLLM threshold: commit every position with confidence > threshold (at least one)."""
+    """Fast-dLLM threshold: commit every position with confidence ≥ threshold (at least one)."""
 
     kind = "baseline"
     params = {
-        "threshold": Param(float, low=0.0, doc="confidence threshold; > 1 = one token per step",
+        "threshold": Param(float, low=0.0, doc="commit where confidence >= threshold; > 1 = one token per step",
                            tune=(0.5, 0.99)),
     }
 
@@ -196,7 +233,7 @@ class FastDLLM(Controller):
         self.threshold = threshold
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
-        commit = f.eligible & (f.confidence > self.threshold)
+        commit = f.eligible & (f.confidence >= self.threshold)  # Fast-dLLM keeps c >= threshold
         commit = commit | select_topk(f.confidence, f.eligible, 1)
         return Decision(commit=commit)
 

@@ -39,4 +39,15 @@ BASELINES: tuple[Strategy, ...] = (
     Strategy("fast_dllm (τ=0.7)", "fast_dllm", {"threshold": 0.7}),
     Strategy("eb (γ=0.1)", "eb", {"gamma": 0.1}),
     Strategy("eb (γ=1.0)", "eb", {"gamma": 1.0}),
+    Strategy("fast_dllm_factor (f=1)", "fast_dllm_factor", {"factor": 1.0}),
+    Strategy("fast_dllm_pp (δ=0.25)", "fast_dllm_pp", {"margin": 0.25}),
+    Strategy("cadllm", "cadllm", {}),
+    Strategy("leap (τ=0.9, n=3)", "leap", {"threshold": 0.9, "n_stable": 3}),
+)
+
+#: end-of-text prediction on/off pairs (issue 7): the same controller with ``eos_fill``
+EOS_PAIRS: tuple[Strategy, ...] = (
+    Strategy("fast_dllm (τ=0.9) + eos_fill", "fast_dllm", {"threshold": 0.9}, {"eos_fill": True}),
+    Strategy("sequential + eos_fill", "sequential", {}, {"eos_fill": True}),
+    Strategy("eb (γ=0.1) + eos_fill", "eb", {"gamma": 0.1}, {"eos_fill": True}),
 )

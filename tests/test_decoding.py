@@ -93,6 +93,18 @@ def test_dream_margin_confidence_entropy_rank_differently():
     assert ent.forced.sum() == 0
 
 
+def test_dream_origin_reveals_by_probability_and_finishes_on_last_step():
+    one = run("dream_origin", steps=1)
+    assert one.nfe.tolist() == [1] and one.generated[0].tolist() == ANSWER
+    model = random_tiny(7)
+    r = decode(model, [[1, 2]] * 64, build_controller("dream_origin", steps=4), DecodeConfig(gen_length=16),
+               seeds=torch.arange(64), trace=True)
+    assert (r.nfe <= 4).all() and (r.generated != model.mask_token_id).all()
+    # first step reveals each position with probability 1 - s/t ≈ 0.25: about 4 of 16 per row
+    first = r.trace[0]["commits"].float().mean().item()
+    assert 2.5 < first < 5.5
+
+
 def test_eb_prefix_rule_against_entropies():
     model = toy()
     logits = model(torch.tensor([PROMPT + [15] * 8]))[0, 2:]

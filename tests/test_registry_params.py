@@ -87,7 +87,7 @@ def test_unknown_parameter_lists_known_ones():
 
 def test_get_params_round_trip():
     c = build_controller("llada", steps=16, remasking="random")
-    assert c.get_params() == {"steps": 16, "remasking": "random"}
+    assert c.get_params() == {"steps": 16, "remasking": "random", "confidence_eos_inf": False}
     assert type(c)(**c.get_params()) == c
 
 

@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON here")
+    p.add_argument("--eos-pairs", action="store_true",
+                   help="also run strategies with end-of-text fill (eos_fill=true) to show its NFE saving")
     p.set_defaults(func=run)
 
 
@@ -57,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     from ..evaluate import evaluate
     from ..models import load_model
     from ..params import parse_assignments
-    from ..strategies import BASELINES, Strategy
+    from ..strategies import BASELINES, EOS_PAIRS, Strategy
     from ..tasks import get_task
 
     if args.n < 1 or args.repeats < 1 or args.batch_size < 1:
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             name, params = parse_controller_arg(text)
             strategies.append(Strategy(text, name, params))
     else:
-        strategies = list(BASELINES)
+        strategies = list(BASELINES) + (list(EOS_PAIRS) if args.eos_pairs else [])
     rows = []
     print(f"task={task.name} model={loaded.name} n={args.n} G={config.gen_length} "
           f"block={config.effective_block_length} seed={args.seed} repeats={args.repeats}", file=sys.stderr)
@@ -82,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
     print("-" * len(header))
     for s in strategies:
         ctrl = build_controller(s.controller, **s.resolve(config.gen_length, config.effective_block_length))
-        res = evaluate(loaded, task, ctrl, config, strategy=s.label, n=args.n,
+        cfg = DecodeConfig.build(**{**config.get_params(), **s.decode}) if s.decode else config
+        res = evaluate(loaded, task, ctrl, cfg, strategy=s.label, n=args.n,
                        batch_size=args.batch_size, repeats=args.repeats)
         row = res.row()
         row["kind"] = getattr(ctrl, "kind", "")
