@@ -2,7 +2,7 @@
 
 from importlib import import_module
 
-_MODULES = ("baselines",)
+_MODULES = ("baselines", "adaptive", "heuristic", "guards")
 
 for _name in _MODULES:
     try:
