@@ -143,7 +143,8 @@ class Configurable:
 
     @classmethod
     def display_name(cls) -> str:
-        return cls.registry_name or cls.__name__
+        """The registered name (a subclass does not inherit its parent's), else the class name."""
+        return cls.__dict__.get("registry_name") or cls.__name__
 
     def get_params(self) -> dict[str, Any]:
         """Constructor keywords and their current values (scikit-learn's ``get_params``)."""

@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from .common import add_decoding_args, resolve_decoding, build_lookahead
+from .common import add_decoding_args, add_lookahead_args, resolve_decoding, build_lookahead
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,6 +21,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_decoding_args(p)
+    add_lookahead_args(p)
     p.add_argument("--prompt", action="append", default=[], metavar="TEXT", help="a prompt (repeatable)")
     p.add_argument("--prompt-file", metavar="JSONL", help="a JSONL file of prompts")
     p.add_argument("--json", action="store_true",
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
 
         items, problems = read_prompts(args.prompt_file, on_error="refuse")
         prompts += [it.prompt for it in items]
-        ids += [it.id for it in items]
+        ids += [it.id or f"line-{it.line or n}" for n, it in enumerate(items)]
     if not prompts:
         raise CLIError("no prompts: give --prompt TEXT (repeatable) or --prompt-file FILE.jsonl")
     if args.batch_size < 1:
@@ -56,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
         t = get_task(task)
         defaults = {"gen_length": t.gen_length, "block_length": t.default_block_length}
     setup = resolve_decoding(args, defaults)
-    lookahead = build_lookahead(args)
+    lookahead = build_lookahead(args, tokenizer=loaded.tokenizer)
     tok = loaded.tokenizer
     for start in range(0, len(prompts), args.batch_size):
         chunk, chunk_ids = prompts[start : start + args.batch_size], ids[start : start + args.batch_size]
