@@ -1,0 +1,69 @@
+"""Learned controllers: commit the positions a trained policy calls safe.
+
+A policy file (``adec train-controller``, see :mod:`framework.learned`) maps each eligible
+position's feature vector φ to p(safe | φ), the probability that its current prediction x0 is
+already the token one-token-per-step decoding ends with. Each step commits every eligible
+position with p(safe) > τ, and at least the one with the highest p(safe), so no step stalls.
+
+* ``learned``: the Lightning-trained MLP policy (``mlp.pt``);
+* ``logreg``: the scikit-learn logistic-regression baseline (``logreg.pt``).
+
+τ = ``threshold``; ``null`` uses the threshold calibrated into the file. A missing or corrupt
+policy file fails when the controller is built, with a message naming the file.
+``conformance_params()`` points to a small random policy written to a temporary folder, so the
+shared conformance suite can exercise these controllers without a trained file.
+"""
+
+from __future__ import annotations
+
+from framework.controller import CONTROLLERS, Controller, Decision, DecodeState, select_topk
+from framework.features import StepFeatures
+from framework.learned import feature_matrix, load_policy, tiny_policy_file
+from framework.params import Param, ParameterError
+
+
+@CONTROLLERS.register("learned", aliases=("learned_mlp",))
+class Learned(Controller):
+    """Learned MLP policy: commit eligible positions with p(safe) > τ (at least the most likely)."""
+
+    kind = "learned"
+    policy_kind = "mlp"
+    params = {
+        "policy": Param(str, doc="policy file written by 'adec train-controller' (mlp.pt / logreg.pt)"),
+        "threshold": Param(float, low=0.0, high=1.0, nullable=True, tune=(0.5, 0.995),
+                           doc="τ: commit where p(safe) > τ; null = the file's calibrated threshold"),
+    }
+
+    def __init__(self, policy: str = "", threshold: float | None = None) -> None:
+        self.policy = policy
+        self.threshold = threshold
+
+    def check_combination(self) -> None:
+        owner = self.display_name()
+        if not self.policy:
+            raise ParameterError(f"{owner}.policy is required: the path of a policy file written by "
+                                 f"'adec train-controller' (--set policy=runs/controllers/TASK-MODEL/"
+                                 f"{self.policy_kind}.pt)")
+        pol = load_policy(self.policy)
+        if pol.kind != self.policy_kind:
+            other = "learned" if pol.kind == "mlp" else "logreg"
+            raise ParameterError(f"{owner}.policy={self.policy!r} holds a {pol.kind} policy, not "
+                                 f"{self.policy_kind}; use --controller {other}")
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        pol = load_policy(self.policy)
+        p_safe = pol.prob(feature_matrix(f, state.config.gen_length))
+        tau = pol.threshold if self.threshold is None else self.threshold
+        commit = (f.eligible & (p_safe > tau)) | select_topk(p_safe, f.eligible, 1)
+        return Decision(commit=commit, info={"committed": commit.sum(1)})
+
+    @classmethod
+    def conformance_params(cls) -> dict:
+        return {"policy": str(tiny_policy_file(cls.policy_kind)), "threshold": 0.5}
+
+
+@CONTROLLERS.register("logreg", aliases=("learned_logreg",))
+class LogReg(Learned):
+    """Learned logistic-regression policy (scikit-learn): commit where p(safe) > τ (at least one)."""
+
+    policy_kind = "logreg"

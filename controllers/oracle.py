@@ -1,0 +1,144 @@
+"""The oracle controller: the upper bound on tokens per forward at no loss.
+
+Given the final tokens y* of a reference decode of the same prompts (one-token-per-step
+``sequential`` by default), each step commits exactly the eligible positions whose current
+prediction already equals the reference: ``commit = eligible ∧ (x0 = y*)``. When no eligible
+position matches, it commits the most confident one with its reference token (a "forced" step),
+so every step commits at least one token and the output always equals the reference output.
+
+Where y* comes from: ``state.extras["reference_tokens"]`` (long ``[B, G]``) if the loop was
+given one, else the tokens bound with :meth:`Oracle.bind_reference`. :func:`oracle_decode` does
+both steps (reference decode, then the oracle) and :func:`evaluate_oracle` runs it over a task
+split, returning an :class:`~framework.evaluate.EvalResult` like ``evaluate``. Decoding with
+``oracle`` without a reference fails with a message saying so (which is why the shared
+conformance suite lists its decoding checks as expected failures; ``tests/test_oracle.py`` runs
+the same contracts through :func:`oracle_decode`). At ``reset`` the reference is copied into
+``state.memory`` (per sample), so the loop's row subsetting carries it along.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from framework.controller import CONTROLLERS, Controller, Decision, DecodeState, build_controller, select_topk
+from framework.features import StepFeatures
+from framework.params import Param, ParameterError
+
+REFERENCE_KEY = "reference_tokens"
+MEMORY_KEY = "oracle.reference"
+
+
+class MissingReferenceError(ParameterError):
+    """The oracle was asked to decode without the reference's final tokens."""
+
+
+@CONTROLLERS.register("oracle")
+class Oracle(Controller):
+    """Oracle: commit exactly the positions whose prediction equals the reference's final token."""
+
+    kind = "oracle"
+    params = {"reference": Param(str, doc="controller whose output is the target (one token per step)")}
+    #: the suite decodes without a reference, which the oracle refuses; tests/test_oracle.py checks
+    #: the same contracts (batch invariance, progress, determinism, round trips) through oracle_decode
+    conformance_expected_failures = {
+        name: "decodes only with a reference decode's tokens (controllers.oracle.oracle_decode)"
+        for name in ("get_params_round_trip", "save_load_round_trip", "decision_fields", "batch_invariance",
+                     "determinism", "progress", "decided_positions", "semi_ar_blocks")
+    }
+
+    def __init__(self, reference: str = "sequential") -> None:
+        self.reference = reference
+
+    def check_combination(self) -> None:
+        if self.reference == "oracle":
+            raise ParameterError("oracle.reference='oracle' is circular; allowed: any other controller")
+        CONTROLLERS.get(self.reference)  # unknown names list the known ones
+
+    def bind_reference(self, tokens: Optional[torch.Tensor]) -> "Oracle":
+        """Set (or clear, with ``None``) the reference tokens ``[B, G]`` of the next decode call."""
+        self._bound = tokens
+        return self
+
+    def reset(self, state: DecodeState) -> None:
+        super().reset(state)
+        ref = state.extras.get(REFERENCE_KEY, getattr(self, "_bound", None))
+        G = state.config.gen_length
+        if ref is None:
+            raise MissingReferenceError(
+                "oracle needs the reference's final tokens of every sample: decode with "
+                "controllers.oracle.oracle_decode(model, prompts, config) or evaluate_oracle(...), "
+                "which run the reference first")
+        ref = torch.as_tensor(ref, dtype=torch.long, device=state.seeds.device)
+        if tuple(ref.shape) != (state.batch_size, G):
+            raise MissingReferenceError(f"oracle reference tokens have shape {tuple(ref.shape)}; this "
+                                        f"decode needs [batch, gen_length] = [{state.batch_size}, {G}]")
+        state.memory[MEMORY_KEY] = ref.clone()
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        ref = state.memory[MEMORY_KEY]
+        G = ref.shape[1]
+        in_gen = (f.position >= 0) & (f.position < G)
+        target = torch.where(in_gen, ref.gather(1, f.position.clamp(0, G - 1)), f.x0)
+        match = f.eligible & in_gen & (f.x0 == target)
+        forced = f.eligible.any(1) & ~match.any(1)
+        commit = match | (select_topk(f.confidence, f.eligible, 1) & forced[:, None])
+        return Decision(commit=commit, tokens=torch.where(commit, target, f.x0), info={"forced": forced.long()})
+
+
+@torch.no_grad()
+def oracle_decode(model: Any, prompts: Sequence[Sequence[int]], config: Any, seeds: Any = None,
+                  reference: str = "sequential") -> tuple[Any, Any]:
+    """Decode ``prompts`` with ``reference`` and then with the oracle; returns (oracle, reference)
+    :class:`~framework.decoding.DecodeResult` s. ``trace`` info ``forced`` counts forced steps."""
+    from framework.decoding import decode
+
+    ref = decode(model, prompts, build_controller(reference), config, seeds=seeds)
+    oracle = build_controller("oracle", reference=reference).bind_reference(ref.generated)
+    out = decode(model, prompts, oracle, config, seeds=seeds, trace=True)
+    oracle.bind_reference(None)
+    return out, ref
+
+
+def evaluate_oracle(loaded: Any, task: Any, config: Any, *, split: str = "test", n: int = 200,
+                    batch_size: int = 64, reference: str = "sequential", data_seed: int = 0) -> Any:
+    """Accuracy and NFE of the oracle on a task split (same examples and seeds as ``evaluate``).
+
+    ``extra`` holds the reference's figures and the mean number of forced steps per sample.
+    """
+    from framework.evaluate import EvalResult, SampleResult, item_seeds
+
+    examples = task.examples(split, n, seed=data_seed)
+    tok = loaded.tokenizer
+    samples, ref_nfe, ref_correct, forced, seconds = [], [], [], [], 0.0
+    G = config.gen_length
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        prompts = [tok.encode(ex.prompt) for ex in chunk]
+        out, ref = oracle_decode(loaded.denoiser, prompts, config,
+                                 seeds=item_seeds([ex.id for ex in chunk], config.seed), reference=reference)
+        seconds += out.total_seconds
+        per_row = torch.zeros(len(chunk), dtype=torch.long)
+        for rec in out.trace:
+            per_row[rec["rows"]] += rec["forced"]
+        forced += per_row.tolist()
+        for i, ex in enumerate(chunk):
+            text = tok.decode(out.generated[i].tolist(), stop_at_eos=True)
+            ref_text = tok.decode(ref.generated[i].tolist(), stop_at_eos=True)
+            samples.append(SampleResult(id=ex.id, prompt=ex.prompt, answer=ex.answer, output=text,
+                                        correct=float(task.score(ex, text)), nfe=int(out.nfe[i]),
+                                        steps=int(out.steps[i]), meta=dict(ex.meta)))
+            ref_correct.append(float(task.score(ex, ref_text)))
+            ref_nfe.append(int(ref.nfe[i]))
+    k = max(1, len(samples))
+    nfe = [s.nfe for s in samples]
+    return EvalResult(
+        task=getattr(task, "name", str(task)), strategy=f"oracle (of {reference})", n=len(samples),
+        accuracy=sum(s.correct for s in samples) / k, nfe=sum(nfe) / k,
+        tpf=sum(G / max(1, x) for x in nfe) / k, ms_per_token=1000.0 * seconds / max(1, len(samples) * G),
+        peak_mem_mb=float("nan"), samples=samples,
+        extra={"reference": reference, "reference_accuracy": sum(ref_correct) / k,
+               "reference_nfe": sum(ref_nfe) / k, "reference_tpf": sum(G / max(1, x) for x in ref_nfe) / k,
+               "forced_steps": sum(forced) / k},
+    )
