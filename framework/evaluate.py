@@ -135,7 +135,7 @@ def evaluate(
     tot = sum(x.total_seconds for x in results)
     extra["loop_overhead_ratio"] = (tot - fwd) / fwd if fwd > 0 else float("nan")
     if hasattr(task, "joint_coherence"):
-        extra["joint_coherence"] = sum(float(task.joint_coherence(ex, t)) for ex, t in zip(examples, texts)) / max(1, len(examples))
+        extra.update(coherence_summary(task, examples, texts))
     return EvalResult(
         task=getattr(task, "name", str(task)),
         strategy=strategy or controller.display_name(),
@@ -150,6 +150,16 @@ def evaluate(
         extra=extra,
         samples=samples,
     )
+
+
+def coherence_summary(task: Any, examples: Sequence[Any], texts: Sequence[str]) -> dict[str, float]:
+    """Fractions of answer slots that are valid phrases and incoherent mixes ("New Francisco")."""
+    totals: dict[str, int] = {}
+    for ex, text in zip(examples, texts):
+        for key, value in task.joint_coherence(ex, text).items():
+            totals[key] = totals.get(key, 0) + int(value)
+    slots = max(1, totals.get("slots", 0))
+    return {"valid_slots": totals.get("valid", 0) / slots, "incoherent_slots": totals.get("incoherent", 0) / slots}
 
 
 def _device_of(loaded: LoadedModel) -> torch.device:

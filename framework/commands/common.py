@@ -32,6 +32,19 @@ def add_decoding_args(p: argparse.ArgumentParser, *, default_controller: str = "
     g.add_argument("--device", default="cpu", help="torch device (default: cpu)")
 
 
+def add_lookahead_args(p: argparse.ArgumentParser) -> None:
+    """``--scorer SPEC`` and ``--lookahead KEY=VALUE`` (read by :func:`build_lookahead`)."""
+    g = p.add_argument_group("lookahead")
+    g.add_argument("--scorer", metavar="SPEC", default=None,
+                   help="enable lookahead, ranking rollouts with this scorer or weighted mix, e.g. "
+                        "'logprob:0.7,consistency:0.3,repetition:1' (see 'adec list scorers'); it acts at "
+                        "steps where the controller asks for a lookahead depth (confidence_ladder, compose)")
+    g.add_argument("--lookahead", dest="lookahead_sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="lookahead option, repeatable: width, positions, rollout, rollout_threshold, "
+                        "max_depth, complete, verify (with --scorer; extra NFE are capped by "
+                        "--set lookahead_budget=N)")
+
+
 @dataclass
 class DecodingSetup:
     controller: Controller
@@ -72,12 +85,17 @@ def resolve_decoding(args: argparse.Namespace, defaults: Optional[dict[str, Any]
     return DecodingSetup(controller=controller, config=config, controller_name=args.controller)
 
 
-def build_lookahead(args: argparse.Namespace):
-    """A :class:`framework.lookahead.Lookahead` from ``--scorer SPEC``, or ``None`` without one."""
+def build_lookahead(args: argparse.Namespace, tokenizer: Any = None):
+    """A :class:`framework.lookahead.Lookahead` from ``--scorer SPEC`` and ``--lookahead KEY=VALUE``,
+    or ``None`` without ``--scorer``; ``tokenizer`` lets text scorers read the candidates."""
     spec = getattr(args, "scorer", None)
+    sets = getattr(args, "lookahead_sets", None) or []
     if not spec:
+        if sets:
+            raise ParameterError(f"--lookahead {sets[0]} has no effect without --scorer SPEC")
         return None
     from ..lookahead import Lookahead
-    from ..scorer import parse_scorer_spec
+    from ..scorer import ScoringContext, parse_scorer_spec
 
-    return Lookahead(parse_scorer_spec(spec))
+    context = ScoringContext(tokenizer=tokenizer) if tokenizer is not None else None
+    return Lookahead.build(scorer=parse_scorer_spec(spec), context=context, **parse_assignments(sets))
