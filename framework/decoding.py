@@ -204,6 +204,8 @@ def decode(
     )
     state.extras.update(extras or {})
     state.extras["sample_index"] = torch.arange(B, device=device)
+    state.extras.setdefault("model", model)
+    state.extras.setdefault("prompts", [list(p) for p in prompts])
     controller.reset(state)
 
     zeros = lambda: torch.zeros(B, dtype=torch.long, device=device)  # noqa: E731

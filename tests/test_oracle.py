@@ -86,8 +86,10 @@ def test_other_reference_and_round_trip(tmp_path):
 
 def test_missing_or_mismatched_reference_fails_clearly():
     oracle = build_controller("oracle")
-    with pytest.raises(MissingReferenceError, match="oracle_decode"):
-        decode(ContextToyDenoiser(), PROMPTS, oracle, DecodeConfig(gen_length=8))
+    # without a bound reference the oracle runs the reference decode itself at reset
+    auto = decode(ContextToyDenoiser(), PROMPTS, oracle, DecodeConfig(gen_length=8), seeds=SEEDS)
+    seq = decode(ContextToyDenoiser(), PROMPTS, build_controller("sequential"), DecodeConfig(gen_length=8), seeds=SEEDS)
+    assert torch.equal(auto.generated, seq.generated) and (auto.nfe <= seq.nfe).all()
     oracle.bind_reference(torch.zeros(2, 8, dtype=torch.long))
     with pytest.raises(MissingReferenceError, match=r"shape \(2, 8\).*\[4, 8\]"):
         decode(ContextToyDenoiser(), PROMPTS, oracle, DecodeConfig(gen_length=8))
