@@ -51,6 +51,10 @@ class Param:
             text = "one of " + ", ".join(repr(c) for c in self.choices)
         elif self.kind is bool:
             text = "true or false"
+        elif self.kind is str:
+            text = "a string"
+        elif self.kind not in (int, float):
+            text = getattr(self.kind, "__name__", "a value") if isinstance(self.kind, type) else "a value"
         else:
             lo = "-inf" if self.low is None else f"{self.low:g}"
             hi = "inf" if self.high is None else f"{self.high:g}"
