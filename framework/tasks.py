@@ -1,7 +1,8 @@
 """Tasks with exact answers, generated and seeded, on which parallel decoding fails measurably.
 
-* ``addition``: ``"123+456="`` -> ``"579"``; carries couple the answer digits, so committing two
-  digits at once produces the classic "256GB -> 265GB" error.
+* ``addition``: ``"123+456="`` -> ``"0579"`` (the sum zero-padded to digits+1 digits, then
+  ``[EOS]``); carries couple the answer digits, so committing two digits at once produces the
+  classic "256GB -> 265GB" error.
 * ``sorting``: ``"sort:53813="`` -> ``"13358"``; every output digit depends on the whole list.
 * ``sudoku``: a 4x4 puzzle ``"1.34|..1.|....|4..."`` (``.`` = blank) -> the 16 digits of the
   solution; cells constrain each other. Puzzles have a unique solution; the scorer accepts any
@@ -181,14 +182,19 @@ def get_task(name: str, **params: Any) -> Task:
 class AdditionTask(Task):
     """Multi-digit addition a+b with fixed-width operands; carries couple the answer digits."""
 
-    params = {"digits": Param(int, low=1, high=8, doc="digits of each operand")}
+    params = {
+        "digits": Param(int, low=1, high=8, doc="digits of each operand"),
+        "zero_pad": Param(bool, doc="write the sum with digits+1 digits (leading zero), so answer "
+                                    "position k always has place value 10^(digits-k)"),
+    }
 
-    def __init__(self, digits: int = 3) -> None:
+    def __init__(self, digits: int = 3, zero_pad: bool = True) -> None:
         self.digits = digits
+        self.zero_pad = zero_pad
 
     @property
     def gen_length(self) -> int:
-        return self.digits + 1
+        return self.digits + 2  # the sum (at most digits+1) and at least one [EOS]
 
     @property
     def max_prompt_length(self) -> int:
@@ -198,7 +204,8 @@ class AdditionTask(Task):
         lo = 10 ** (self.digits - 1) if self.digits > 1 else 0
         hi = 10**self.digits - 1
         a, b = rng.randint(lo, hi), rng.randint(lo, hi)
-        return f"{a}+{b}=", str(a + b), {"a": a, "b": b, "carries": _carries(a, b)}
+        answer = str(a + b).zfill(self.digits + 1) if self.zero_pad else str(a + b)
+        return f"{a}+{b}=", answer, {"a": a, "b": b, "carries": _carries(a, b)}
 
 
 def _carries(a: int, b: int) -> int:
@@ -308,7 +315,7 @@ class SudokuTask(Task):
         "max_blanks": Param(int, low=1, high=12, doc="most blank cells (fewer if uniqueness needs it)"),
     }
 
-    def __init__(self, min_blanks: int = 6, max_blanks: int = 10) -> None:
+    def __init__(self, min_blanks: int = 8, max_blanks: int = 12) -> None:
         self.min_blanks = min_blanks
         self.max_blanks = max_blanks
 
@@ -389,7 +396,7 @@ class PairsTask(Task):
         "max_groups": Param(int, low=1, high=4, doc="most phrase slots per answer"),
     }
 
-    def __init__(self, min_groups: int = 1, max_groups: int = 3) -> None:
+    def __init__(self, min_groups: int = 1, max_groups: int = 4) -> None:
         self.min_groups = min_groups
         self.max_groups = max_groups
 
