@@ -24,6 +24,14 @@ class Denoiser(Protocol):
     def __call__(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor: ...
 
 
+#: architecture presets of :class:`TinyDenoiser` (``adec train-denoiser --size``)
+MODEL_SIZES: dict[str, dict] = {
+    "tiny": dict(d_model=32, n_layers=2, n_heads=2, d_ff=64),  # tests: trains in seconds
+    "small": dict(d_model=96, n_layers=4, n_heads=4, d_ff=384),  # the built-in models (~0.45M)
+    "base": dict(d_model=192, n_layers=6, n_heads=6, d_ff=768),  # ~2.7M, for harder task variants
+}
+
+
 @dataclass
 class TinyConfig:
     """Size of :class:`TinyDenoiser` (an MDLM/LLaDA-style bidirectional Transformer encoder)."""

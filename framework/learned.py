@@ -327,9 +327,18 @@ def train_logreg(train: RolloutDataset, *, C: float = 1.0, seed: int = 0) -> Pol
     net.set_normalisation(train.X)
     Z = ((train.X - net.mean) / net.scale).numpy()
     y = train.y.numpy().astype(int)
+    if len(y) == 0:
+        raise ValueError("the training rollouts are empty; use more examples")
     if len(set(y.tolist())) < 2:
-        raise ValueError(f"the training rollouts have a single label ({y[0] if len(y) else 'none'}); "
-                         f"use more examples or another rollout controller")
+        # every position was (un)safe: the fitted policy is the constant p(safe) = y[0], as
+        # LogisticRegression cannot fit one class; warn, since the dataset teaches nothing else
+        warnings.warn(f"the training rollouts have a single label ({int(y[0])}): the logistic policy is "
+                      f"the constant p(safe) = {int(y[0])}; use more examples or another rollout controller")
+        with torch.no_grad():
+            lin = net.net[0]
+            lin.weight.zero_()
+            lin.bias.fill_(12.0 if int(y[0]) == 1 else -12.0)
+        return net
     clf = LogisticRegression(C=C, max_iter=2000, random_state=seed).fit(Z, y)
     with torch.no_grad():
         lin = net.net[0]

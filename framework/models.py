@@ -201,6 +201,10 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
         from .hub import load_hub_model
 
         return load_hub_model(str(path), device=device)
+    if name_or_path == "tiny-text":  # the character-level English model has its own tokenizer
+        from .text import load_text_model
+
+        return load_text_model(device=device, train_if_missing=train_if_missing, progress=progress)
     if name_or_path not in MODELS:
         if _looks_like_path(name_or_path) or path.exists():
             raise CheckpointError(f"{path}: no such model folder")

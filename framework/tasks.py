@@ -169,7 +169,8 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
-TASKS: Registry[Task] = Registry("task", base=Task, entry_point_group="adaptive_decoding.tasks")
+TASKS: Registry[Task] = Registry("task", base=Task, entry_point_group="adaptive_decoding.tasks",
+                                 builtin_modules=("framework.text",))
 
 
 def get_task(name: str, **params: Any) -> Task:

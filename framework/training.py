@@ -38,11 +38,7 @@ from .denoiser import TinyConfig, TinyDenoiser
 from .tasks import Example, Task, get_task
 
 #: architecture presets (``--size``); a dict of :class:`TinyConfig` fields is accepted too
-MODEL_SIZES: dict[str, dict[str, Any]] = {
-    "tiny": dict(d_model=32, n_layers=2, n_heads=2, d_ff=64),  # tests: trains in seconds
-    "small": dict(d_model=96, n_layers=4, n_heads=4, d_ff=384),  # the built-in models (~0.45M)
-    "base": dict(d_model=192, n_layers=6, n_heads=6, d_ff=768),  # ~2.7M, for harder task variants
-}
+from .denoiser import MODEL_SIZES  # noqa: E402  (kept here for callers; defined without Lightning)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ examples:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from ..tasks import TASKS
-    from ..training import MODEL_SIZES
+    from ..denoiser import MODEL_SIZES
 
     p = subparsers.add_parser(
         "train-denoiser", help="train a tiny denoiser on a built-in task and print its test accuracy",
