@@ -1,4 +1,4 @@
-"""Built-in controllers; importing this package registers them in ``framework.controller.CONTROLLERS``."""
+"""Built-in controllers; importing this package registers them in ``framework.engine.controller.CONTROLLERS``."""
 
 from importlib import import_module
 

@@ -29,9 +29,10 @@ import inspect
 
 import torch
 
-from framework.controller import CONTROLLERS, Controller, Decision, DecodeState, select_topk
-from framework.features import StepFeatures
-from framework.params import Param, ParameterError
+from framework.core.params import Param, ParameterError
+from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from framework.engine.features import StepFeatures
+from framework.engine.selection import select_topk
 
 TOL = 1e-9
 

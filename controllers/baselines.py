@@ -27,10 +27,11 @@ from __future__ import annotations
 
 import torch
 
-from framework.controller import CONTROLLERS, Controller, Decision, DecodeState, select_topk
-from framework.features import StepFeatures
-from framework.params import Param, ParameterError
-from framework.rng import gumbel, uniform
+from framework.core.params import Param, ParameterError
+from framework.core.rng import gumbel, uniform
+from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from framework.engine.features import StepFeatures
+from framework.engine.selection import select_topk
 
 RANDOM_REMASK_SALT = 0x11ADA
 DREAM_ALG_SALT = 0xD8EA

@@ -32,10 +32,11 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from framework.controller import CONTROLLERS, Controller, Decision, DecodeState, build_controller
-from framework.features import StepFeatures
-from framework.params import Param, ParameterError
-from framework.registry import UnknownNameError
+from framework.core.params import Param, ParameterError
+from framework.core.registry import UnknownNameError
+from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from framework.engine.controller_io import build_controller
+from framework.engine.features import StepFeatures
 
 
 class _Wrapper(Controller):

@@ -29,10 +29,12 @@ from typing import Any, Mapping, Optional, Sequence
 
 import torch
 
-from framework.controller import CONTROLLERS, Controller, Decision, DecodeState, build_controller, select_topk
-from framework.features import StepFeatures
-from framework.params import Param, ParameterError
-from framework.registry import UnknownNameError
+from framework.core.params import Param, ParameterError
+from framework.core.registry import UnknownNameError
+from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from framework.engine.controller_io import build_controller
+from framework.engine.features import StepFeatures
+from framework.engine.selection import select_topk
 
 # ---------------------------------------------------------------------- structured parameters
 _ALLOWED = {

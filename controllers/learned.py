@@ -1,6 +1,6 @@
 """Learned controllers: commit the positions a trained policy calls safe.
 
-A policy file (``adec train-controller``, see :mod:`framework.learned`) maps each eligible
+A policy file (``adec train-controller``, see :mod:`framework.learning`) maps each eligible
 position's feature vector φ to p(safe | φ), the probability that its current prediction x0 is
 already the token one-token-per-step decoding ends with. Each step commits every eligible
 position with p(safe) > τ, and at least the one with the highest p(safe), so no step stalls.
@@ -16,10 +16,12 @@ shared conformance suite can exercise these controllers without a trained file.
 
 from __future__ import annotations
 
-from framework.controller import CONTROLLERS, Controller, Decision, DecodeState, select_topk
-from framework.features import StepFeatures
-from framework.learned import feature_matrix, load_policy, tiny_policy_file
-from framework.params import Param, ParameterError
+from framework.core.params import Param, ParameterError
+from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from framework.engine.features import StepFeatures
+from framework.engine.selection import select_topk
+from framework.learning.features import feature_matrix
+from framework.learning.policy import load_policy, tiny_policy_file
 
 
 @CONTROLLERS.register("learned", aliases=("learned_mlp",))

@@ -12,7 +12,7 @@ reference decode itself at ``reset`` on the same prompts, configuration and seed
 ``model`` and ``prompts`` into ``state.extras``); the reference's forward passes are not counted
 in the oracle's NFE, which is the cost *if* the final tokens were known. :func:`oracle_decode` does
 both steps (reference decode, then the oracle) and :func:`evaluate_oracle` runs it over a task
-split, returning an :class:`~framework.evaluate.EvalResult` like ``evaluate``. At ``reset`` the reference is copied into
+split, returning an :class:`~framework.engine.evaluate.EvalResult` like ``evaluate``. At ``reset`` the reference is copied into
 ``state.memory`` (per sample), so the loop's row subsetting carries it along.
 """
 
@@ -22,9 +22,11 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.controller import CONTROLLERS, Controller, Decision, DecodeState, build_controller, select_topk
-from framework.features import StepFeatures
-from framework.params import Param, ParameterError
+from framework.core.params import Param, ParameterError
+from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from framework.engine.controller_io import build_controller
+from framework.engine.features import StepFeatures
+from framework.engine.selection import select_topk
 
 REFERENCE_KEY = "reference_tokens"
 MEMORY_KEY = "oracle.reference"
@@ -64,7 +66,7 @@ class Oracle(Controller):
         ref = state.extras.get(REFERENCE_KEY, getattr(self, "_bound", None))
         G = state.config.gen_length
         if ref is None and "model" in state.extras:  # run the reference now (its NFE is not counted)
-            from framework.decoding import decode
+            from framework.engine.loop import decode
 
             ref = decode(state.extras["model"], state.extras["prompts"], build_controller(self.reference),
                          state.config, seeds=state.seeds).generated
@@ -94,8 +96,8 @@ class Oracle(Controller):
 def oracle_decode(model: Any, prompts: Sequence[Sequence[int]], config: Any, seeds: Any = None,
                   reference: str = "sequential") -> tuple[Any, Any]:
     """Decode ``prompts`` with ``reference`` and then with the oracle; returns (oracle, reference)
-    :class:`~framework.decoding.DecodeResult` s. ``trace`` info ``forced`` counts forced steps."""
-    from framework.decoding import decode
+    :class:`~framework.engine.loop.DecodeResult` s. ``trace`` info ``forced`` counts forced steps."""
+    from framework.engine.loop import decode
 
     ref = decode(model, prompts, build_controller(reference), config, seeds=seeds)
     oracle = build_controller("oracle", reference=reference).bind_reference(ref.generated)
@@ -110,7 +112,7 @@ def evaluate_oracle(loaded: Any, task: Any, config: Any, *, split: str = "test",
 
     ``extra`` holds the reference's figures and the mean number of forced steps per sample.
     """
-    from framework.evaluate import EvalResult, SampleResult, item_seeds
+    from framework.engine.evaluate import EvalResult, SampleResult, item_seeds
 
     examples = task.examples(split, n, seed=data_seed)
     tok = loaded.tokenizer

@@ -1,0 +1,83 @@
+"""adaptive-decoding: adaptive parallel decoding of masked diffusion language models.
+
+The public API, for scripts, notebooks and plugins (nothing here needs a private module)::
+
+    from framework import decode, DecodeConfig, build_controller, load_model
+    loaded = load_model("tiny-addition")
+    result = decode(loaded.denoiser, [loaded.tokenizer.encode("123+456=")],
+                    build_controller("fast_dllm", threshold=0.9), DecodeConfig(gen_length=5))
+
+Plugin authors subclass :class:`Controller` or :class:`Scorer`, register with
+``CONTROLLERS.register`` / ``SCORERS.register`` (or an entry point), and run
+:func:`check_controller` / :func:`check_scorer`, the shared conformance suites.
+
+Layers (lowest first; each imports only its own layer and lower ones, see docs/architecture.md):
+``core`` -> ``engine`` -> ``models``, ``tasks`` -> ``training``, ``learning``, ``tuning``, ``jobs``
+-> (``controllers/``, ``scorers/`` plugins) -> ``testing`` -> ``experiments/`` -> ``cli``.
+Names are imported lazily on first use, so ``import framework`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+#: public name -> module that defines it
+_EXPORTS = {
+    # engine: the loop and its contracts
+    "decode": "framework.engine.loop",
+    "DecodeResult": "framework.engine.loop",
+    "DecodeConfig": "framework.engine.config",
+    "Controller": "framework.engine.controller",
+    "Decision": "framework.engine.controller",
+    "DecodeState": "framework.engine.controller",
+    "CONTROLLERS": "framework.engine.controller",
+    "StepFeatures": "framework.engine.features",
+    "rank_within": "framework.engine.selection",
+    "select_topk": "framework.engine.selection",
+    "ensure_progress": "framework.engine.selection",
+    "build_controller": "framework.engine.controller_io",
+    "save_controller": "framework.engine.controller_io",
+    "load_controller": "framework.engine.controller_io",
+    "Scorer": "framework.engine.scorer",
+    "Candidates": "framework.engine.scorer",
+    "ScoringContext": "framework.engine.scorer",
+    "SCORERS": "framework.engine.scorer",
+    "build_scorer": "framework.engine.scorer",
+    "Lookahead": "framework.engine.lookahead",
+    "evaluate": "framework.engine.evaluate",
+    # core: parameters and registries
+    "Param": "framework.core.params",
+    "Configurable": "framework.core.params",
+    "ParameterError": "framework.core.params",
+    "Registry": "framework.core.registry",
+    "UnknownNameError": "framework.core.registry",
+    # models and tasks
+    "LoadedModel": "framework.models.protocol",
+    "Denoiser": "framework.models.protocol",
+    "Tokenizer": "framework.models.protocol",
+    "TASKS": "framework.tasks.base",
+    "Task": "framework.tasks.base",
+    "Example": "framework.tasks.base",
+    "get_task": "framework.tasks.base",
+    "MODELS": "framework.training.zoo",
+    "load_model": "framework.training.zoo",
+    # plugin authors: conformance suites and designed toys
+    "check_controller": "framework.testing.conformance",
+    "check_scorer": "framework.testing.scorer_conformance",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'framework' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

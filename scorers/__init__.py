@@ -1,4 +1,4 @@
-"""Built-in scorers; importing this package registers them in ``framework.scorer.SCORERS``."""
+"""Built-in scorers; importing this package registers them in ``framework.engine.scorer.SCORERS``."""
 
 from importlib import import_module
 

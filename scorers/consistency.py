@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from framework.params import Param
-from framework.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from framework.core.params import Param
+from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
 
 HASH_DIM = 512
 

@@ -13,8 +13,15 @@ from typing import Any
 
 import torch
 
-from framework.params import Param
-from framework.scorer import SCORERS, Candidates, Scorer, ScoringContext, build_scorer, parse_components
+from framework.core.params import Param
+from framework.engine.scorer import (
+    SCORERS,
+    Candidates,
+    Scorer,
+    ScoringContext,
+    build_scorer,
+    parse_components,
+)
 
 DEFAULT_SPEC = "logprob:0.7,consistency:0.3,repetition:1"
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from framework.params import Param
-from framework.rng import mix64
-from framework.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from framework.core.params import Param
+from framework.core.rng import mix64
+from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
 
 
 def repeated_fraction(tokens: torch.Tensor, valid: torch.Tensor, n: int) -> torch.Tensor:

@@ -1,0 +1,7 @@
+"""``python -m framework.cli`` = ``adec``."""
+
+import sys
+
+from framework.cli.main import main
+
+sys.exit(main())

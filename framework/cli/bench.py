@@ -1,0 +1,97 @@
+"""``adec bench``: a quick side-by-side table of strategies on one task.
+
+Every strategy runs on the same model, the same test examples and the same seeds, in one
+process, one after the other; times are medians of ``--repeats`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench", help="compare the baselines (or given controllers) on a task",
+        description=(
+            "Print, for every baseline on a task: exact-match accuracy, mean NFE, tokens per "
+            "forward, median ms per generated token, peak memory, and the loop's overhead "
+            "relative to the model's forward time.\n\n"
+            "Example:\n  adec bench --task addition --n 200 --repeats 3"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--task", default="addition", help="task name (see 'adec list tasks'; default: addition)")
+    p.add_argument("--model", default=None, help="model (default: tiny-<task>)")
+    p.add_argument("--controller", action="append", default=[], metavar="NAME[:k=v,...]",
+                   help="strategies to compare instead of the baseline suite, e.g. "
+                        "--controller fast_dllm:threshold=0.8 (repeatable)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="decoding option for every strategy (gen_length, block_length, temperature, eos_fill, ...)")
+    p.add_argument("--n", type=int, default=200, help="test examples (default: 200)")
+    p.add_argument("--batch-size", type=int, default=100, help="batch size (default: 100)")
+    p.add_argument("--repeats", type=int, default=3, help="timing repeats; the median is reported (default: 3)")
+    p.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--json", metavar="PATH", help="also write the rows as JSON here")
+    p.add_argument("--eos-pairs", action="store_true",
+                   help="also run strategies with end-of-text fill (eos_fill=true) to show its NFE saving")
+    p.set_defaults(func=run)
+
+
+def parse_controller_arg(text: str) -> tuple[str, dict]:
+    from framework.core.params import parse_assignments
+
+    name, _, rest = text.partition(":")
+    if name == "tuned":  # tuned:PATH keeps its colon
+        return text, {}
+    params = parse_assignments([kv for kv in rest.split(",") if kv]) if rest else {}
+    return name, params
+
+
+def run(args: argparse.Namespace) -> int:
+    from experiments.strategies import BASELINES, EOS_PAIRS, Strategy
+    from framework.cli.errors import CLIError
+    from framework.core.params import parse_assignments
+    from framework.engine.config import DecodeConfig
+    from framework.engine.controller_io import build_controller
+    from framework.engine.evaluate import evaluate
+    from framework.tasks.base import get_task
+    from framework.training.zoo import load_model
+
+    if args.n < 1 or args.repeats < 1 or args.batch_size < 1:
+        raise CLIError("--n, --repeats and --batch-size must be ≥ 1")
+    task = get_task(args.task)
+    loaded = load_model(args.model or f"tiny-{task.name}", device=args.device)
+    cfg_kw = {"gen_length": task.gen_length, "block_length": task.default_block_length, "seed": args.seed}
+    cfg_kw.update(parse_assignments(args.sets))
+    config = DecodeConfig.build(**cfg_kw)
+    if args.controller:
+        strategies = []
+        for text in args.controller:
+            name, params = parse_controller_arg(text)
+            strategies.append(Strategy(text, name, params))
+    else:
+        strategies = list(BASELINES) + (list(EOS_PAIRS) if args.eos_pairs else [])
+    rows = []
+    print(f"task={task.name} model={loaded.name} n={args.n} G={config.gen_length} "
+          f"block={config.effective_block_length} seed={args.seed} repeats={args.repeats}", file=sys.stderr)
+    header = f"{'strategy':<30} {'acc':>6} {'NFE':>7} {'tok/fwd':>8} {'ms/tok':>8} {'peakMB':>8} {'loop/fwd':>9}"
+    print(header)
+    print("-" * len(header))
+    for s in strategies:
+        ctrl = build_controller(s.controller, **s.resolve(config.gen_length, config.effective_block_length))
+        cfg = DecodeConfig.build(**{**config.get_params(), **s.decode}) if s.decode else config
+        res = evaluate(loaded, task, ctrl, cfg, strategy=s.label, n=args.n,
+                       batch_size=args.batch_size, repeats=args.repeats)
+        row = res.row()
+        row["kind"] = getattr(ctrl, "kind", "")
+        rows.append(row)
+        print(f"{s.label:<30} {res.accuracy:>6.3f} {res.nfe:>7.2f} {res.tpf:>8.2f} {res.ms_per_token:>8.3f} "
+              f"{res.peak_mem_mb:>8.1f} {res.extra['loop_overhead_ratio']:>9.3f}")
+        sys.stdout.flush()
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump(rows, fh, indent=2)
+    return 0

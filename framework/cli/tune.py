@@ -1,0 +1,81 @@
+"""``adec tune``: a two-objective Optuna study over a controller's declared search space."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+DESCRIPTION = """\
+Tune a controller's declared parameters (its Params with tune=...) on the validation split of a
+task, maximising exact-match accuracy and minimising mean NFE, then export the chosen point to a
+YAML file that '--controller tuned:PATH' loads, and report it next to one-token-per-step decoding
+on the test split.
+
+Storage (--storage): nothing = SQLite file OUT/STUDY.db; 'memory' (one process, not saved);
+'journal:PATH' (Optuna JournalStorage on an append-only file, no server needed); any Optuna RDB
+URL (sqlite:///f.db, postgresql://user:pw@host/db, mysql://...); 'redis://host' (journal).
+Resuming: the same --study-name in the same storage continues the study; --n-trials is the
+study's total, so finished trials are never re-run. --workers N starts N processes on the storage.
+
+Rules: a trial is pruned when its accuracy on the first --prune-fraction of the validation
+examples is more than --prune-margin below sequential decoding's there; the exported point is the
+fewest-NFE trial whose validation accuracy is at least sequential's minus --max-drop (else the
+most accurate trial, with a note). Outputs in --out: STUDY.yaml, STUDY_pareto.png, STUDY.json.
+
+Example:
+  adec tune --controller margin_topk --task addition --n-trials 30 --workers 2
+  adec decode --controller tuned:runs/tune/margin_topk-addition-tiny-addition.yaml ...
+"""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="tune a controller with Optuna (accuracy vs NFE), export the chosen point",
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--controller", required=True, help="registered controller with a search space")
+    p.add_argument("--task", required=True, help="task name (see 'adec list tasks')")
+    p.add_argument("--model", default=None, help="model name or folder (default: tiny-<task>)")
+    p.add_argument("--task-param", dest="task_params", action="append", default=[], metavar="KEY=VALUE",
+                   help="task size knob, repeatable (e.g. --task-param digits=2)")
+    p.add_argument("--n-trials", type=int, default=20, help="total finished trials of the study (default: 20)")
+    p.add_argument("--workers", type=int, default=1, help="processes sharing the storage (default: 1)")
+    p.add_argument("--storage", default=None,
+                   help="memory | journal:PATH | sqlite:///PATH | postgresql://... (default: OUT/STUDY.db)")
+    p.add_argument("--study-name", default=None, help="default: CONTROLLER-TASK-MODEL")
+    p.add_argument("--n-val", type=int, default=64, help="validation examples per trial (default: 64)")
+    p.add_argument("--n-test", type=int, default=200, help="test examples for the report (default: 200)")
+    p.add_argument("--batch-size", type=int, default=64, help="decoding batch size (default: 64)")
+    p.add_argument("--max-drop", type=float, default=0.01,
+                   help="accuracy the chosen point may lose vs sequential decoding (default: 0.01)")
+    p.add_argument("--prune-margin", type=float, default=0.25,
+                   help="prune trials this far below sequential on the first chunk (default: 0.25)")
+    p.add_argument("--prune-fraction", type=float, default=0.25,
+                   help="fraction of the validation examples in the first chunk (default: 0.25)")
+    p.add_argument("--no-prune", action="store_true", help="never prune")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="decoding option, or controller parameter held fixed (taken out of the space)")
+    p.add_argument("--out", default="runs/tune", help="output folder (default: runs/tune)")
+    p.add_argument("--seed", type=int, default=0, help="sampler seed (default: 0)")
+    p.add_argument("--device", default="cpu")
+    p.add_argument("--no-plot", action="store_true", help="skip the Pareto plot")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from framework.cli.options import split_settings
+    from framework.core.params import parse_assignments
+    from framework.tuning.study import tune_controller
+
+    cfg_kw, fixed = split_settings(args.controller, parse_assignments(args.sets))
+    result = tune_controller(
+        args.controller, args.task, model=args.model, task_params=parse_assignments(args.task_params),
+        n_trials=args.n_trials, workers=args.workers,
+        storage=args.storage, study_name=args.study_name, out_dir=args.out, n_val=args.n_val,
+        n_test=args.n_test, batch_size=args.batch_size, max_drop=args.max_drop,
+        prune_margin=None if args.no_prune else args.prune_margin, prune_fraction=args.prune_fraction,
+        fixed=fixed, decode=cfg_kw, seed=args.seed, device=args.device, plot=not args.no_plot,
+    )
+    summary = Path(args.out) / f"{result.study_name}.json"
+    summary.write_text(json.dumps(result.summary(), indent=2, default=str))
+    return 0

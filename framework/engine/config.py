@@ -1,0 +1,74 @@
+"""The options of the decoding loop, validated (:class:`DecodeConfig`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from framework.core.params import Configurable, Param, ParameterError
+
+
+class DecodeConfig(Configurable):
+    """Options of the loop (set with ``--set key=value`` next to the controller's own).
+
+    Args:
+        gen_length: number of generated positions G.
+        block_length: semi-autoregressive block length (LLaDA's ``block_length``); ``None`` = G.
+            Must divide ``gen_length``.
+        temperature: 0 = greedy argmax; > 0 = Gumbel-max sampling of x0 (LLaDA's recipe).
+        eos_fill: end-of-text prediction: after an EOS is committed with confidence ≥
+            ``eos_fill_threshold``, every later masked position is filled with EOS and never decoded.
+        eos_fill_threshold: the confidence an EOS needs to trigger the fill.
+        lookahead_budget: most extra NFE per sample spent on lookahead rollouts (0 = no lookahead).
+        seed: base seed; per-sample seeds default to it.
+    """
+
+    params = {
+        "gen_length": Param(int, low=1, doc="generated positions G"),
+        "block_length": Param(int, low=1, nullable=True, doc="semi-AR block length (divides G); null = G"),
+        "temperature": Param(float, low=0.0, doc="0 = greedy; > 0 = Gumbel-max sampling"),
+        "eos_fill": Param(bool, doc="fill after a confident EOS (end-of-text prediction)"),
+        "eos_fill_threshold": Param(float, low=0.0, high=1.0, doc="confidence an EOS needs to fill"),
+        "lookahead_budget": Param(int, low=0, doc="max extra NFE per sample for lookahead rollouts"),
+        "seed": Param(int, low=0, doc="base seed"),
+    }
+
+    def __init__(
+        self,
+        gen_length: int = 32,
+        block_length: Optional[int] = None,
+        temperature: float = 0.0,
+        eos_fill: bool = False,
+        eos_fill_threshold: float = 0.9,
+        lookahead_budget: int = 64,
+        seed: int = 0,
+    ) -> None:
+        self.gen_length = gen_length
+        self.block_length = block_length
+        self.temperature = temperature
+        self.eos_fill = eos_fill
+        self.eos_fill_threshold = eos_fill_threshold
+        self.lookahead_budget = lookahead_budget
+        self.seed = seed
+
+    def check_combination(self) -> None:
+        bl = self.block_length
+        if bl is not None:
+            if bl > self.gen_length or self.gen_length % bl != 0:
+                raise ParameterError(
+                    f"block_length={bl} does not divide gen_length={self.gen_length}; "
+                    f"allowed: a divisor of {self.gen_length} "
+                    f"({', '.join(str(d) for d in _divisors(self.gen_length))})"
+                )
+
+    @property
+    def effective_block_length(self) -> int:
+        return self.block_length or self.gen_length
+
+    @property
+    def num_blocks(self) -> int:
+        return self.gen_length // self.effective_block_length
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]

@@ -1,0 +1,114 @@
+"""The controller contract: validated parameters in, one :class:`Decision` per step out.
+
+A controller is built from keyword parameters (see :mod:`framework.core.params`), then the loop calls
+
+* ``reset(state)`` once per decode call; a stateful controller (EMA-adapted η, warm-up switch)
+  puts its per-sample tensors into ``state.memory`` (leading dimension B), so that the engine can
+  select, reorder or resume rows without knowing what they mean;
+* ``decide(features, state) -> Decision`` every step.
+
+Decisions are tensors: a commit mask ``[B, L]``, optional candidate counts ``k`` ``[B, L]`` and
+lookahead depths ``[B]``, optional next block lengths ``[B]``. No Python loop over samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Optional
+
+import torch
+
+from framework.core.params import Configurable
+from framework.core.registry import Registry
+from framework.engine.features import StepFeatures
+
+
+@dataclass
+class Decision:
+    """What to do this step.
+
+    Attributes:
+        commit: bool ``[B, L]``, positions to commit now (a subset of ``features.eligible``).
+        tokens: long ``[B, L]`` tokens to write at committed positions (default ``features.x0``).
+        k: long ``[B, L]`` candidates to keep at uncertain positions for lookahead (1 = none).
+        depth: long ``[B]`` lookahead depth d (0 = commit directly, no rollout).
+        next_block_length: long ``[B]`` length of the next semi-autoregressive block.
+        info: per-sample tensors worth tracing (e.g. the current η), logged with ``trace=True``.
+    """
+
+    commit: torch.Tensor
+    tokens: Optional[torch.Tensor] = None
+    k: Optional[torch.Tensor] = None
+    depth: Optional[torch.Tensor] = None
+    next_block_length: Optional[torch.Tensor] = None
+    info: dict[str, torch.Tensor] = field(default_factory=dict)
+
+
+@dataclass
+class DecodeState:
+    """What the loop knows beyond the features: configuration, seeds, controller memory."""
+
+    config: Any
+    seeds: torch.Tensor
+    mask_token_id: int
+    eos_token_id: Optional[int] = None
+    pad_token_id: Optional[int] = None
+    memory: dict[str, torch.Tensor] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.seeds.shape[0])
+
+    def rows(self, index: torch.Tensor) -> "DecodeState":
+        """A view of a subset of samples; write it back with :meth:`update_rows`."""
+        return DecodeState(
+            config=self.config,
+            seeds=self.seeds[index],
+            mask_token_id=self.mask_token_id,
+            eos_token_id=self.eos_token_id,
+            pad_token_id=self.pad_token_id,
+            memory={k: v[index] for k, v in self.memory.items()},
+            extras={k: (v[index] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == self.batch_size else v)
+                    for k, v in self.extras.items()},
+        )
+
+    def update_rows(self, index: torch.Tensor, sub: "DecodeState") -> None:
+        for key, value in sub.memory.items():
+            if key in self.memory:
+                self.memory[key][index] = value
+            else:  # created during decide on a subset: materialise for the whole batch
+                full = torch.zeros((self.batch_size, *value.shape[1:]), dtype=value.dtype, device=value.device)
+                full[index] = value
+                self.memory[key] = full
+
+
+class Controller(Configurable):
+    """Base class of every controller. Subclasses set ``params`` and implement :meth:`decide`.
+
+    ``kind`` is the benchmark family: ``reference``, ``baseline``, ``heuristic``, ``tuned``,
+    ``learned`` or ``oracle``.
+    """
+
+    kind: ClassVar[str] = "heuristic"
+    #: set by controllers whose decisions use randomness (they must draw it from ``state.seeds``)
+    stochastic: ClassVar[bool] = False
+
+    def reset(self, state: DecodeState) -> None:
+        """Called once per decode call, before the first step. Default: validate, no memory."""
+        self.validate()
+
+    def decide(self, features: StepFeatures, state: DecodeState) -> Decision:  # pragma: no cover
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """One line for ``adec list``: the first docstring line."""
+        return (self.__doc__ or "").strip().splitlines()[0] if self.__doc__ else ""
+
+
+CONTROLLERS: Registry[Controller] = Registry(
+    "controller",
+    base=Controller,
+    entry_point_group="adaptive_decoding.controllers",
+    builtin_modules=("controllers",),
+)

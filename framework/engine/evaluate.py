@@ -1,0 +1,171 @@
+"""Evaluate one strategy on one task split: exact-match accuracy and the cost figures.
+
+Cost figures, in order of trust:
+
+* ``nfe``: mean forward passes per sample (exact, hardware-independent; rollouts included),
+* ``tpf``: tokens per forward, generated positions G divided by NFE, averaged over samples,
+* ``ms_per_token``: median over ``repeats`` runs of wall-time / (samples × G),
+* ``peak_mem_mb``: peak memory above the start of the run (see :mod:`framework.core.measure`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+
+from framework.core.measure import PeakMemory, median
+from framework.core.rng import stable_seed
+from framework.engine.config import DecodeConfig
+from framework.engine.controller import Controller
+from framework.engine.loop import DecodeResult, decode
+
+#: what evaluation needs of a loaded model (framework.models.LoadedModel): ``.denoiser``, ``.tokenizer``
+LoadedModel = Any
+
+
+@dataclass
+class SampleResult:
+    id: str
+    prompt: str
+    answer: str
+    output: str
+    correct: float
+    nfe: int
+    steps: int
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass
+class EvalResult:
+    task: str
+    strategy: str
+    n: int
+    accuracy: float
+    nfe: float
+    tpf: float
+    ms_per_token: float
+    peak_mem_mb: float
+    lookahead_nfe: float = 0.0
+    forced_steps: float = 0.0
+    extra: dict = field(default_factory=dict)
+    samples: list[SampleResult] = field(default_factory=list, repr=False)
+
+    def row(self) -> dict[str, Any]:
+        """The summary fields (no per-sample list)."""
+        d = asdict(self)
+        d.pop("samples")
+        return d
+
+
+def item_seeds(ids: Sequence[str], seed: int) -> torch.Tensor:
+    """Per-sample seeds derived from the global seed and each item's id (batching-independent)."""
+    return torch.tensor([stable_seed(seed, i) for i in ids], dtype=torch.long)
+
+
+def decode_texts(
+    loaded: LoadedModel, prompts: Sequence[str], controller: Controller, config: DecodeConfig,
+    *, ids: Optional[Sequence[str]] = None, batch_size: int = 64, lookahead: Any = None,
+) -> tuple[list[str], list[DecodeResult], list[list[int]]]:
+    """Decode prompt texts in batches; returns texts, the per-batch results and generated ids."""
+    tok = loaded.tokenizer
+    ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
+    texts: list[str] = []
+    gen_ids: list[list[int]] = []
+    results: list[DecodeResult] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        enc = [tok.encode(p) for p in chunk]
+        res = decode(loaded.denoiser, enc, controller, config,
+                     seeds=item_seeds(ids[start : start + batch_size], config.seed), lookahead=lookahead)
+        results.append(res)
+        for row in res.generated.tolist():
+            gen_ids.append(row)
+            texts.append(tok.decode(row, stop_at_eos=True))
+    return texts, results, gen_ids
+
+
+def evaluate(
+    loaded: LoadedModel,
+    task: Any,
+    controller: Controller,
+    config: DecodeConfig,
+    *,
+    strategy: Optional[str] = None,
+    split: str = "test",
+    n: int = 200,
+    batch_size: int = 64,
+    lookahead: Any = None,
+    repeats: int = 1,
+    data_seed: int = 0,
+) -> EvalResult:
+    """Decode ``n`` examples of ``task``'s ``split`` and score them exactly.
+
+    With ``repeats > 1`` the whole decode is run again (same seeds, same outputs) and the median
+    wall time is reported; accuracy and NFE come from the first run.
+    """
+    examples = task.examples(split, n, seed=data_seed)
+    prompts = [ex.prompt for ex in examples]
+    ids = [ex.id for ex in examples]
+    times: list[float] = []
+    peak = 0.0
+    texts: list[str] = []
+    results: list[DecodeResult] = []
+    for r in range(max(1, repeats)):
+        with PeakMemory(_device_of(loaded)) as pm:
+            out_texts, out_results, _ = decode_texts(
+                loaded, prompts, controller, config, ids=ids, batch_size=batch_size, lookahead=lookahead
+            )
+        times.append(sum(x.total_seconds for x in out_results))
+        peak = max(peak, pm.peak_mb)
+        if r == 0:
+            texts, results = out_texts, out_results
+    nfe = torch.cat([x.nfe for x in results]).float()
+    steps = torch.cat([x.steps for x in results])
+    la = torch.cat([x.lookahead_nfe for x in results]).float()
+    forced = torch.cat([x.forced for x in results]).float()
+    G = config.gen_length
+    samples = []
+    for i, ex in enumerate(examples):
+        samples.append(SampleResult(
+            id=ex.id, prompt=ex.prompt, answer=ex.answer, output=texts[i],
+            correct=float(task.score(ex, texts[i])), nfe=int(nfe[i]), steps=int(steps[i]), meta=dict(ex.meta),
+        ))
+    acc = sum(s.correct for s in samples) / max(1, len(samples))
+    extra: dict[str, Any] = {}
+    fwd = sum(x.forward_seconds for x in results)
+    tot = sum(x.total_seconds for x in results)
+    extra["loop_overhead_ratio"] = (tot - fwd) / fwd if fwd > 0 else float("nan")
+    if hasattr(task, "joint_coherence"):
+        extra.update(coherence_summary(task, examples, texts))
+    return EvalResult(
+        task=getattr(task, "name", str(task)),
+        strategy=strategy or controller.display_name(),
+        n=len(samples),
+        accuracy=acc,
+        nfe=float(nfe.mean()),
+        tpf=float((G / nfe.clamp(min=1)).mean()),
+        ms_per_token=1000.0 * median(times) / max(1, len(samples) * G),
+        peak_mem_mb=peak,
+        lookahead_nfe=float(la.mean()),
+        forced_steps=float(forced.mean()),
+        extra=extra,
+        samples=samples,
+    )
+
+
+def coherence_summary(task: Any, examples: Sequence[Any], texts: Sequence[str]) -> dict[str, float]:
+    """Fractions of answer slots that are valid phrases and incoherent mixes ("New Francisco")."""
+    totals: dict[str, int] = {}
+    for ex, text in zip(examples, texts):
+        for key, value in task.joint_coherence(ex, text).items():
+            totals[key] = totals.get(key, 0) + int(value)
+    slots = max(1, totals.get("slots", 0))
+    return {"valid_slots": totals.get("valid", 0) / slots, "incoherent_slots": totals.get("incoherent", 0) / slots}
+
+
+def _device_of(loaded: LoadedModel) -> torch.device:
+    from framework.engine.loop import _model_device
+
+    return _model_device(loaded.denoiser)

@@ -1,0 +1,284 @@
+"""The masked-diffusion decoding loop: batched, ragged by masks, semi-autoregressive blocks.
+
+Layout of one row: ``[prompt_b, MASK × gen_length, PAD …]`` (right padded to the longest prompt,
+with an attention mask over the padding). Per sample the loop keeps the current block
+``[block_start, block_end)`` of the generation, its step counters and its NFE. Each step:
+
+1. one forward pass over the unfinished rows (1 NFE each, counted per sample),
+2. :func:`framework.engine.features.compute_features`,
+3. ``controller.decide`` -> :class:`framework.engine.controller.Decision`,
+4. optional lookahead (:mod:`framework.engine.lookahead`) replaces tokens at uncertain positions,
+5. commit (never outside ``eligible``; at least one token per unfinished row, so no stall),
+6. optional end-of-text fill: after a confident EOS, later masked positions become EOS.
+
+A block finishes when none of its positions is masked; the next starts where it ended, with the
+controller's ``next_block_length`` if it gave one (CadLLM-style adaptive blocks).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional, Sequence
+
+import torch
+
+from framework.engine.config import DecodeConfig
+from framework.engine.controller import Controller, DecodeState
+from framework.engine.features import compute_features
+from framework.engine.selection import ensure_progress
+
+
+@dataclass
+class DecodeResult:
+    """Output of :func:`decode`.
+
+    ``tokens`` is the whole ``[B, L]`` canvas, ``generated`` the ``[B, G]`` generation,
+    ``nfe`` forward passes per sample (rollouts included), ``steps`` decoding steps per sample,
+    ``lookahead_nfe`` the rollout part of ``nfe``, ``forced`` how many steps the loop had to add
+    a token because the controller committed none.
+    """
+
+    tokens: torch.Tensor
+    generated: torch.Tensor
+    gen_start: torch.Tensor
+    nfe: torch.Tensor
+    steps: torch.Tensor
+    lookahead_nfe: torch.Tensor
+    forced: torch.Tensor
+    forward_seconds: float = 0.0
+    total_seconds: float = 0.0
+    fallbacks: torch.Tensor | None = None
+    trace: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tokens_per_forward(self) -> torch.Tensor:
+        """Generated positions per forward pass, per sample (G / NFE)."""
+        return self.generated.shape[1] / self.nfe.clamp(min=1).float()
+
+
+def layout(
+    prompts: Sequence[Sequence[int]], gen_length: int, mask_token_id: int, pad_token_id: int,
+    device: torch.device | str = "cpu",
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded canvas ``[B, L]``, attention mask ``[B, L]`` and generation starts ``[B]``."""
+    if len(prompts) == 0:
+        raise ValueError("decode() needs at least one prompt")
+    lengths = [len(p) for p in prompts]
+    total = max(lengths) + gen_length
+    x = torch.full((len(prompts), total), pad_token_id, dtype=torch.long)
+    attn = torch.zeros((len(prompts), total), dtype=torch.long)
+    for b, p in enumerate(prompts):  # building the canvas, once; the loop itself is batched
+        n = len(p)
+        if n:
+            x[b, :n] = torch.as_tensor(list(p), dtype=torch.long)
+        x[b, n : n + gen_length] = mask_token_id
+        attn[b, : n + gen_length] = 1
+    return x.to(device), attn.to(device), torch.as_tensor(lengths, dtype=torch.long, device=device)
+
+
+def _seeds(seeds: Any, batch: int, base: int, device: torch.device) -> torch.Tensor:
+    if seeds is None:
+        return torch.full((batch,), int(base), dtype=torch.long, device=device)
+    t = torch.as_tensor(seeds, dtype=torch.long, device=device).reshape(-1)
+    if t.numel() == 1:
+        t = t.expand(batch).clone()
+    if t.numel() != batch:
+        raise ValueError(f"seeds has {t.numel()} entries for a batch of {batch}")
+    return t
+
+
+@torch.no_grad()
+def decode(
+    model: Any,
+    prompts: Sequence[Sequence[int]],
+    controller: Controller,
+    config: DecodeConfig | None = None,
+    *,
+    seeds: Any = None,
+    lookahead: Any = None,
+    trace: bool = False,
+    extras: Optional[dict[str, Any]] = None,
+) -> DecodeResult:
+    """Decode a batch of prompts with ``controller``.
+
+    Args:
+        model: a denoiser: ``model(input_ids, attention_mask) -> logits [B, L, V]`` with
+            ``mask_token_id`` (and ideally ``eos_token_id``, ``pad_token_id``).
+        prompts: token-id lists, ragged.
+        controller: any registered :class:`Controller`.
+        config: :class:`DecodeConfig` (validated here).
+        seeds: per-sample seeds (int or ``[B]``); default ``config.seed`` for every row. Results of
+            row ``b`` depend only on its prompt and seed, never on the rest of the batch.
+        lookahead: a :class:`framework.engine.lookahead.Lookahead` (scorers + rollout policy) or ``None``.
+        trace: record per-step commit counts and the decision's ``info`` tensors.
+        extras: per-call values for controllers and the lookahead, put into ``state.extras``
+            (e.g. ``tokenizer``, per-sample ``meta`` / ``prompt_text`` lists, a ``span_mask``
+            ``[B, G]``). The loop adds ``sample_index`` ``[B]`` (row of each sample in this call)
+            and, every step, ``canvas`` (the current tokens of the rows being decided).
+    """
+    config = config or DecodeConfig()
+    config.validate()
+    t_start = time.perf_counter()
+    device = _model_device(model)
+    mask_id = int(model.mask_token_id)
+    eos_id = getattr(model, "eos_token_id", None)
+    pad_id = getattr(model, "pad_token_id", None)
+    pad_id = int(pad_id) if pad_id is not None else (int(eos_id) if eos_id is not None else mask_id)
+    G = config.gen_length
+    x, attn, gen_start = layout(prompts, G, mask_id, pad_id, device)
+    B, L = x.shape
+    rel = torch.arange(L, device=device)[None, :] - gen_start[:, None]
+    in_gen = (rel >= 0) & (rel < G)
+    state = DecodeState(
+        config=config,
+        seeds=_seeds(seeds, B, config.seed, device),
+        mask_token_id=mask_id,
+        eos_token_id=eos_id,
+        pad_token_id=pad_id,
+    )
+    state.extras.update(extras or {})
+    state.extras["sample_index"] = torch.arange(B, device=device)
+    state.extras.setdefault("model", model)
+    state.extras.setdefault("prompts", [list(p) for p in prompts])
+    controller.reset(state)
+
+    zeros = lambda: torch.zeros(B, dtype=torch.long, device=device)  # noqa: E731
+    nfe, steps, block_step, block_index, forced, la_nfe = (zeros() for _ in range(6))
+    next_len = torch.full((B,), config.effective_block_length, dtype=torch.long, device=device)
+    block_start = zeros()
+    block_end = next_len.clone()
+    block_masked_at_start = torch.minimum(block_end, torch.full_like(block_end, G))
+    forward_s = 0.0
+    records: list[dict[str, Any]] = []
+    fallbacks = zeros()
+
+    for _ in range(G + 1):  # every step commits ≥ 1 token per unfinished row
+        masked = (x == mask_id) & in_gen
+        unfinished = masked.any(1)
+        if not unfinished.any():
+            break
+        eligible = masked & (rel >= block_start[:, None]) & (rel < block_end[:, None])
+        for _advance in range(G):
+            need = unfinished & ~eligible.any(1)
+            if not need.any():
+                break
+            block_start = torch.where(need, block_end, block_start)
+            block_end = torch.where(need, (block_end + next_len).clamp(max=G), block_end)
+            block_index = block_index + need.long()
+            block_step = torch.where(need, torch.zeros_like(block_step), block_step)
+            eligible = masked & (rel >= block_start[:, None]) & (rel < block_end[:, None])
+            block_masked_at_start = torch.where(need, eligible.sum(1), block_masked_at_start)
+
+        rows = unfinished.nonzero().squeeze(1)
+        full = rows.numel() == B
+        sub = (lambda t: t) if full else (lambda t: t[rows])  # noqa: E731
+        t0 = time.perf_counter()
+        logits = model(sub(x), attention_mask=sub(attn))
+        forward_s += time.perf_counter() - t0
+        logits = suppress_mask_logit(logits, mask_id)
+        feats = compute_features(
+            logits,
+            eligible=sub(eligible),
+            masked=sub(masked),
+            rel=sub(rel),
+            gen_length=G,
+            block_start=sub(block_start),
+            block_end=sub(block_end),
+            block_index=sub(block_index),
+            block_masked_at_start=sub(block_masked_at_start),
+            step=sub(steps),
+            block_step=sub(block_step),
+            temperature=config.temperature,
+            seeds=sub(state.seeds),
+        )
+        state.extras["canvas"] = x
+        sub_state = state if full else state.rows(rows)
+        decision = controller.decide(feats, sub_state)
+        if not full:
+            state.update_rows(rows, sub_state)
+        tokens = decision.tokens if decision.tokens is not None else feats.x0
+        commit = decision.commit & feats.eligible
+
+        if lookahead is not None and decision.depth is not None:
+            budget_left = config.lookahead_budget - sub(la_nfe)
+            la = lookahead.refine(model, sub(x), sub(attn), feats, decision, commit, tokens, sub_state, budget_left,
+                                  controller=controller)
+            tokens, commit = la.tokens, la.commit & feats.eligible
+            la_nfe[rows] += la.extra_nfe
+            nfe[rows] += la.extra_nfe
+            fallbacks[rows] += la.fallback.long()
+            forward_s += la.forward_seconds
+
+        had_commit = commit.any(1)
+        commit = ensure_progress(commit, feats.eligible, feats.confidence)
+        forced[rows] += (~had_commit).long()
+
+        xs = sub(x)
+        xs = torch.where(commit, tokens, xs)
+        if config.eos_fill and eos_id is not None:
+            own_conf = torch.where(tokens == feats.x0, feats.confidence, torch.zeros_like(feats.confidence))
+            xs = _eos_fill(xs, commit, tokens, own_conf, sub(rel), sub(in_gen), mask_id, int(eos_id),
+                           config.eos_fill_threshold)
+        if full:
+            x = xs
+        else:
+            x[rows] = xs
+        nfe[rows] += 1
+        steps[rows] += 1
+        block_step[rows] += 1
+        if decision.next_block_length is not None:
+            next_len[rows] = decision.next_block_length.to(next_len).clamp(min=1)
+        if trace:
+            rec = {"rows": rows.cpu(), "commits": commit.sum(1).cpu(), "commit": commit.cpu(),
+                   "block_start": sub(block_start).cpu(), "block_end": sub(block_end).cpu()}
+            rec.update({k: v.detach().cpu() for k, v in decision.info.items()})
+            records.append(rec)
+
+    gen_index = (gen_start[:, None] + torch.arange(G, device=device)[None, :])
+    generated = x.gather(1, gen_index)
+    return DecodeResult(
+        tokens=x,
+        generated=generated,
+        gen_start=gen_start,
+        nfe=nfe,
+        steps=steps,
+        lookahead_nfe=la_nfe,
+        forced=forced,
+        forward_seconds=forward_s,
+        total_seconds=time.perf_counter() - t_start,
+        fallbacks=fallbacks,
+        trace=records,
+    )
+
+
+def suppress_mask_logit(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """The mask token is never a prediction (MDLM's zero-masking parameterisation)."""
+    if 0 <= mask_id < logits.shape[-1]:
+        logits = logits.clone() if not logits.is_contiguous() or logits.requires_grad else logits
+        logits[..., mask_id] = float("-inf")
+    return logits
+
+
+def _eos_fill(
+    x: torch.Tensor, commit: torch.Tensor, tokens: torch.Tensor, confidence: torch.Tensor,
+    rel: torch.Tensor, in_gen: torch.Tensor, mask_id: int, eos_id: int, threshold: float,
+) -> torch.Tensor:
+    """After a confident EOS commit, fill masked positions after the row's first EOS with EOS."""
+    trigger = (commit & (tokens == eos_id) & (confidence >= threshold)).any(1)
+    if not trigger.any():
+        return x
+    big = torch.iinfo(torch.long).max
+    eos_rel = torch.where((x == eos_id) & in_gen, rel, torch.full_like(rel, big)).min(1).values
+    fill = trigger[:, None] & in_gen & (x == mask_id) & (rel > eos_rel[:, None])
+    return torch.where(fill, torch.full_like(x, eos_id), x)
+
+
+def _model_device(model: Any) -> torch.device:
+    dev = getattr(model, "device", None)
+    if isinstance(dev, torch.device):
+        return dev
+    try:
+        return next(model.parameters()).device
+    except (AttributeError, StopIteration, TypeError):
+        return torch.device("cpu")

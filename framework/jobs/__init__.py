@@ -1,0 +1,17 @@
+"""Layer 3, resumable batch generation (``adec generate``), split by concern: planning and input
+checks (:mod:`.plan`), the adaptive batch size (:mod:`.batcher`), the results file
+(:mod:`.output`), faults and guards (:mod:`.errors`, :mod:`.guards`), the summary
+(:mod:`.summary`) and the job itself (:mod:`.runner`)."""
+
+from framework.jobs.errors import JobInputError, OutputFileError
+from framework.jobs.output import (
+           RESULT_FIELDS,
+           RowSchemaError,
+           read_results,
+           validate_row,
+)
+from framework.jobs.plan import check_items, check_job_options
+from framework.jobs.runner import run_generation_job
+
+__all__ = ["JobInputError", "OutputFileError", "RESULT_FIELDS", "RowSchemaError", "check_items",
+           "check_job_options", "read_results", "run_generation_job", "validate_row"]

@@ -1,0 +1,372 @@
+"""Batch generation that survives faults and bad input, and loses nothing.
+
+:func:`run_generation_job` decodes many prompts into a JSONL file of result rows (schema:
+:func:`validate_row`, docs/generate.md). What it guarantees:
+
+* **Durable, resumable output.** Each row is one ``os.write`` of one JSON line to a file opened
+  with ``O_APPEND``, and every batch is ``fsync``-ed. Rows are keyed by a stable id (given, or
+  ``h`` + a hash of prompt, per-item params, settings and occurrence). Re-running the same job
+  reads the file, removes a torn last line left by a kill, and decodes only the ids not yet in it:
+  no duplicate, no missing row. A file written with other settings is refused, not mixed.
+* **Adaptive batching.** An out-of-memory error (``torch.OutOfMemoryError``, or a RuntimeError
+  saying "out of memory" / "can't allocate memory", or MemoryError) halves the batch and re-runs
+  the same items; after ``grow_after`` clean batches it grows back by a binary search below the
+  size that failed, and probes larger sizes again later (:class:`BatchSizer`).
+* **Per-item isolation.** Any other failure of a batch splits it in halves (bisection), so one bad
+  item costs O(log B) extra decodes and the others still come out batched. An item that fails on
+  its own is retried ``max_retries`` times; then a controller failure falls back to
+  ``fallback_controller`` without lookahead (row marked ``fallback: true`` with the reason), a
+  scorer failure to the same controller without lookahead, and anything else (or a failing
+  fallback) becomes an error row. Deterministic input checks (empty prompt, prompt + G longer
+  than the model's context, a prompt the tokenizer cannot encode) become error rows at once.
+* **Timeouts.** The deadline of a batch is ``min(start + item_timeout_s, job deadline)``; it is
+  checked before every forward pass (decode steps and lookahead rollouts alike), so a batch stops
+  at most one forward after its deadline. A batch past its item deadline is bisected like any
+  failure; an item times out only when it runs past the limit alone (and again on its retry).
+  Past the job deadline the job stops; unfinished items stay pending for a resume.
+* **Ctrl-C** (KeyboardInterrupt) stops the job: written rows are already on disk; the summary
+  says how many items are pending and that re-running the command resumes.
+* **Determinism.** Item ``i`` decodes with the per-sample seed ``stable_seed(seed, id_i)``, and the
+  decode loop makes a row depend only on its prompt and seed, so the output does not depend on
+  the batch size, on OOM back-off, on bisection, or on a resume.
+
+Latency of an item = the wall time of the batch that produced its row (what a user of that batch
+waited). The summary gives nearest-rank P50/P95/P99 over this run's successful rows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections import deque
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from framework.engine.config import DecodeConfig
+from framework.engine.controller import Controller
+from framework.engine.controller_io import build_controller
+from framework.engine.loop import decode
+from framework.jobs.batcher import BatchSizer
+from framework.jobs.errors import (
+    ControllerFailure,
+    DeadlineExceeded,
+    JobInputError,
+    OutputFileError,
+    ScorerFailure,
+    _free_memory,
+    _reason,
+    is_oom,
+)
+from framework.jobs.guards import _DeadlineModel, _GuardedController, _GuardedLookahead
+from framework.jobs.output import SCHEMA, _ResultFile, _rewrite, _scan
+from framework.jobs.plan import (
+    _as_factory,
+    _base_row,
+    _describe_lookahead,
+    _dry_reset,
+    _error_row,
+    _hash,
+    _jsonable,
+    _name,
+    _plan,
+    _precheck,
+    _push_chunks,
+    _take,
+    _Work,
+    check_job_options,
+)
+from framework.jobs.summary import JobSummary
+from framework.tasks.prompts import LineProblem, PromptItem
+
+
+def run_generation_job(
+    loaded_model: Any,
+    items: Sequence[PromptItem],
+    controller_factory: Controller | Callable[..., Controller],
+    config: DecodeConfig,
+    output_path: str | os.PathLike,
+    *,
+    batch_size: int = 8,
+    lookahead: Any = None,
+    lookahead_spec: Optional[str] = None,
+    seed: Optional[int] = None,
+    item_timeout_s: Optional[float] = None,
+    job_timeout_s: Optional[float] = None,
+    max_retries: int = 1,
+    fallback_controller: str | Controller | None = "sequential",
+    on_error: str = "refuse",
+    skipped: Sequence[LineProblem] = (),
+    retry_errors: bool = False,
+    overwrite: bool = False,
+    grow_after: int = 4,
+    progress: bool = True,
+    fsync: bool = True,
+    log: Optional[Callable[[str], None]] = None,
+) -> JobSummary:
+    """Decode ``items`` into ``output_path`` (JSONL, one row per item), resumably.
+
+    Args:
+        loaded_model: a :class:`framework.models.protocol.LoadedModel` (``denoiser``, ``tokenizer``, ``name``).
+        items: the prompts (:func:`framework.tasks.prompts.read_prompts`); ``params`` override decoding
+            options and controller parameters per item (items with equal settings share batches).
+        controller_factory: a built controller, or ``factory(**overrides) -> Controller``.
+        config: the loop's options (gen_length G, block_length, temperature, seed ...).
+        output_path: the results file; rows already in it are kept and not decoded again.
+        batch_size: the largest batch B (the adaptive size never exceeds it).
+        lookahead: a lookahead object for :func:`framework.engine.loop.decode`, or ``None``.
+        lookahead_spec: how the lookahead was configured (e.g. the ``--scorer`` spec), for the settings hash.
+        seed: overrides ``config.seed``; item ``i`` uses ``stable_seed(seed, id_i)``.
+        item_timeout_s / job_timeout_s: wall-clock limits (``None`` = none).
+        max_retries: re-runs of an item that failed on its own, per mode.
+        fallback_controller: the plain decoder used after a controller failure (``None`` = none).
+        on_error: ``"refuse"``: invalid per-item params stop the job before any work; ``"skip"``:
+            those items are reported in the summary and not run.
+        skipped: bad input lines already skipped by the reader (reported in the summary).
+        retry_errors: drop the error rows already in the output and decode those items again.
+        overwrite: start the output from scratch.
+        grow_after: clean batches before the batch size grows again after an OOM.
+        progress: show a tqdm bar (items/s, tokens/s, batch size).
+        fsync: ``fsync`` after every batch (off only in benchmarks of the writer itself).
+        log: where messages go (default: stderr, above the progress bar).
+
+    Raises (all before any work): :class:`ParameterError` for a bad option or parameter value,
+    :class:`JobInputError` for invalid per-item params with ``on_error="refuse"``,
+    :class:`OutputFileError` for an output that cannot be resumed safely.
+    """
+    from tqdm.auto import tqdm
+
+    say = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
+    t_job = time.monotonic()
+    path = os.fspath(output_path)
+    check_job_options(batch_size, item_timeout_s, job_timeout_s, max_retries, on_error, grow_after)
+    summary = JobSummary(output=path, skipped=list(skipped), batch_size_start=batch_size)
+
+    # ---- validation: nothing below touches the model or the output file until it all passes
+    denoiser, tokenizer = loaded_model.denoiser, loaded_model.tokenizer
+    base_cfg = config.get_params()
+    if seed is not None:
+        base_cfg["seed"] = seed
+    config = DecodeConfig.build(**base_cfg)
+    factory = _as_factory(controller_factory)
+    base_ctrl = factory()
+    base_ctrl.validate()
+    _dry_reset(base_ctrl, config, int(denoiser.mask_token_id))
+    if lookahead is not None and hasattr(lookahead, "validate"):
+        lookahead.validate()
+    fallback = None
+    if fallback_controller is not None:
+        fallback = (build_controller(fallback_controller) if isinstance(fallback_controller, str)
+                    else fallback_controller)
+        fallback.validate()
+        _dry_reset(fallback, config, int(denoiser.mask_token_id))
+    settings = {
+        "schema": SCHEMA, "model": loaded_model.name, "controller": _jsonable(base_ctrl.to_dict()),
+        "config": _jsonable(config.get_params()), "lookahead": _describe_lookahead(lookahead, lookahead_spec),
+        "fallback": _jsonable(fallback.to_dict()) if fallback is not None else None,
+    }
+    settings_hash = _hash(settings)
+    works, problems = _plan(items, factory, base_ctrl, config, int(denoiser.mask_token_id), settings_hash)
+    if problems and on_error == "refuse":
+        raise JobInputError(problems)
+    summary.skipped += problems
+
+    out, existing = _open_output(path, settings_hash, overwrite, retry_errors, fsync, summary, say)
+    done_ids = {r["id"] for r in existing}
+    summary.total = len(works)
+    todo = [w for w in works if w.id not in done_ids]
+    summary.already_done = len(works) - len(todo)
+
+    sizer = BatchSizer(batch_size, grow_after=grow_after)
+    job_deadline = t_job + job_timeout_s if job_timeout_s is not None else None
+    bar = tqdm(total=len(todo), unit="item", disable=not progress, file=sys.stderr, dynamic_ncols=True,
+               desc="generate")
+    written: set[str] = set()
+    retried: set[str] = set()
+    t_run = time.perf_counter()
+
+    def emit(rows: list[dict]) -> None:
+        try:
+            out.write(rows)
+        except OSError as exc:
+            raise OutputFileError(f"cannot write {path} ({exc}); the rows written so far are kept: fix the "
+                                  f"cause (disk space?) and run the same command again to resume") from None
+        for row in rows:
+            written.add(row["id"])
+            if row["status"] == "ok":
+                summary.done += 1
+                summary.tokens += len(row["generated_ids"])
+                summary.latencies.append(row["latency_s"])
+                summary.fallbacks += int(row["fallback"])
+                summary.step_fallbacks += row["lookahead_fallbacks"]
+            else:
+                summary.failed += 1
+        bar.update(len(rows))
+        elapsed = time.perf_counter() - t_run
+        bar.set_postfix(tok_s=f"{summary.tokens / max(elapsed, 1e-9):.0f}", bs=sizer.size, failed=summary.failed,
+                        refresh=False)
+
+    try:
+        queue: deque[_Work] = deque()
+        pre_rows = []
+        for w in todo:
+            row = _precheck(w, tokenizer, loaded_model, settings_hash)
+            if row is not None:
+                pre_rows.append(row)
+            else:
+                queue.append(w)
+        if pre_rows:
+            emit(pre_rows)
+        # longest prompts first inside each settings group: an OOM shows up early, padding is small
+        order: dict[int, int] = {}
+        for w in queue:
+            order.setdefault(id(w.group), len(order))
+        queue = deque(sorted(queue, key=lambda w: (order[id(w.group)], -len(w.ids))))
+        explicit: deque[list[_Work]] = deque()
+        while queue or explicit:
+            if job_deadline is not None and time.monotonic() >= job_deadline:
+                summary.status = "job_timeout"
+                break
+            batch = explicit.popleft() if explicit else _take(queue, sizer.size)
+            if len(batch) > sizer.size:  # made before the last OOM: split to the current size first
+                _push_chunks(explicit, batch, sizer.size)
+                continue
+            try:
+                rows = _decode_batch(batch, loaded_model, lookahead, fallback, settings_hash, item_timeout_s,
+                                     job_deadline, job_timeout_s, t_job)
+            except DeadlineExceeded as exc:
+                if exc.kind == "job":
+                    summary.status = "job_timeout"
+                    break
+                _on_failure(batch, "timeout", str(exc), explicit, sizer, summary, retried, max_retries, fallback,
+                            emit, settings_hash, loaded_model)
+                continue
+            except KeyboardInterrupt:
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified, never lost
+                if is_oom(exc):
+                    _free_memory()
+                    if len(batch) > 1:
+                        sizer.on_oom(len(batch))
+                        say(f"out of memory at batch size {len(batch)}; retrying these items at {sizer.size}")
+                        _push_chunks(explicit, batch, sizer.size)
+                        continue
+                    kind, reason = "oom", f"out of memory at batch size 1 ({_reason(exc)})"
+                elif isinstance(exc, ControllerFailure):
+                    kind, reason = "controller", str(exc)
+                elif isinstance(exc, ScorerFailure):
+                    kind, reason = "scorer", str(exc)
+                else:
+                    kind, reason = "model", _reason(exc)
+                _on_failure(batch, kind, reason, explicit, sizer, summary, retried, max_retries, fallback,
+                            emit, settings_hash, loaded_model)
+                continue
+            emit(rows)
+            sizer.on_success(len(batch))
+    except KeyboardInterrupt:
+        summary.status = "interrupted"
+    finally:
+        bar.close()
+        out.close()
+        summary.elapsed_s = time.perf_counter() - t_run
+        summary.retried = len(retried)
+        summary.pending = len([w for w in todo if w.id not in written])
+        summary.oom_events = sizer.oom_events
+        summary.batch_size_final = sizer.size
+        summary.batch_size_min = sizer.smallest
+    return summary
+
+
+def _open_output(path: str, settings_hash: str, overwrite: bool, retry_errors: bool, fsync: bool,
+                 summary: JobSummary, say: Callable[[str], None]) -> tuple[_ResultFile, list[dict]]:
+    """Lock the output first (no other job appends while this one reads and repairs it), read its
+    rows, refuse rows written with other settings, cut a torn last line, drop error rows if asked."""
+    out = _ResultFile(path, fsync=fsync)
+    out.open()
+    try:
+        if overwrite:
+            _rewrite(path, [])
+            out.reopen()
+        existing, note = _scan(path, repair=False)
+        other = [r for r in existing if r["settings"] != settings_hash]
+        if other:
+            raise OutputFileError(
+                f"{path} holds {len(other)} rows written with other settings (settings {other[0]['settings']} "
+                f"!= {settings_hash}: model, controller, decoding options, scorer or fallback differ); use "
+                f"another --output, or --overwrite to start it again")
+        if note:
+            _scan(path, repair=True)
+            summary.notes.append(note)
+            say(note)
+        if retry_errors and any(r["status"] == "error" for r in existing):
+            existing = [r for r in existing if r["status"] != "error"]
+            _rewrite(path, existing)
+            out.reopen()
+            summary.notes.append("removed the error rows of the previous run; those items run again")
+    except BaseException:
+        out.close()
+        raise
+    return out, existing
+
+
+def _decode_batch(batch: list[_Work], loaded_model: Any, lookahead: Any, fallback: Optional[Controller],
+                  settings_hash: str, item_timeout_s: Optional[float], job_deadline: Optional[float],
+                  job_timeout_s: Optional[float], t_job: float) -> list[dict]:
+    """Decode one batch (all of one group and mode) into rows; raises on any failure."""
+    mode = batch[0].mode
+    group = batch[0].group
+    ctrl = fallback if mode == "fallback" else group.controller
+    assert ctrl is not None
+    la = _GuardedLookahead(lookahead) if (lookahead is not None and mode == "normal") else None
+    started = time.monotonic()
+    model = _DeadlineModel(loaded_model.denoiser, started, item_timeout_s, job_deadline, job_timeout_s, t_job)
+    t0 = time.perf_counter()
+    tok = loaded_model.tokenizer
+    extras = {"tokenizer": tok, "prompt_text": [w.item.prompt for w in batch],
+              "meta": [dict(w.item.meta or {}) for w in batch]}
+    res = decode(model, [w.ids for w in batch], _GuardedController(ctrl, _name(ctrl)), group.config,
+                 seeds=[w.seed for w in batch], lookahead=la, extras=extras)
+    latency = time.perf_counter() - t0
+    step_fallbacks = res.fallbacks if res.fallbacks is not None else torch.zeros(len(batch), dtype=torch.long)
+    rows = []
+    for b, w in enumerate(batch):
+        gen = [int(t) for t in res.generated[b].tolist()]
+        row = _base_row(w, loaded_model, settings_hash, _name(ctrl))
+        row.update(text=tok.decode(gen, stop_at_eos=True), prompt_ids=list(w.ids), generated_ids=gen,
+                   nfe=int(res.nfe[b]), steps=int(res.steps[b]), lookahead_nfe=int(res.lookahead_nfe[b]),
+                   lookahead_fallbacks=int(step_fallbacks[b]),
+                   batch_size=len(batch), latency_s=round(latency, 6))
+        rows.append(row)
+    return rows
+
+
+def _on_failure(batch: list[_Work], kind: str, reason: str, explicit: deque, sizer: BatchSizer,
+                summary: JobSummary, retried: set, max_retries: int, fallback: Optional[Controller],
+                emit: Callable[[list[dict]], None], settings_hash: str, loaded_model: Any) -> None:
+    """Bisect a failed batch; retry, fall back or write an error row for a failed single item."""
+    if len(batch) > 1:
+        half = len(batch) // 2
+        explicit.appendleft(batch[half:])
+        explicit.appendleft(batch[:half])
+        summary.bisections += 1
+        return
+    w = batch[0]
+    if w.mode_failures < max_retries:
+        w.mode_failures += 1
+        w.retries += 1
+        retried.add(w.id)
+        explicit.appendleft([w])
+        return
+    if kind == "controller" and w.mode != "fallback" and fallback is not None:
+        w.mode, w.mode_failures = "fallback", 0
+        w.fallback_reason = (f"{reason} (failed {max_retries + 1} times); decoded with "
+                             f"{_name(fallback)!r} without lookahead")
+        explicit.appendleft([w])
+        return
+    if kind == "scorer" and w.mode == "normal":
+        w.mode, w.mode_failures = "no_lookahead", 0
+        w.fallback_reason = f"{reason} (failed {max_retries + 1} times); decoded without lookahead"
+        explicit.appendleft([w])
+        return
+    emit([_error_row(w, loaded_model, settings_hash, kind, reason, fallback)])

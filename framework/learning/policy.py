@@ -1,0 +1,148 @@
+"""A learned commit policy: the network, the threshold, and its one-file format.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional, Sequence
+
+import torch
+from torch import nn
+
+from framework.core.params import ParameterError
+from framework.learning.features import FEATURE_NAMES
+
+DEFAULT_OUT = Path("runs") / "controllers"
+POLICY_FORMAT = "adaptive-decoding.policy"
+POLICY_VERSION = 1
+
+
+# ---------------------------------------------------------------------- the policy and its file
+class PolicyNet(nn.Module):
+    """Logits g((φ − μ)/s) of p(safe | φ); ``hidden=()`` is logistic regression."""
+
+    def __init__(self, n_features: int = len(FEATURE_NAMES), hidden: Sequence[int] = (32, 32)) -> None:
+        super().__init__()
+        self.hidden = tuple(int(h) for h in hidden)
+        self.register_buffer("mean", torch.zeros(n_features))
+        self.register_buffer("scale", torch.ones(n_features))
+        layers: list[nn.Module] = []
+        d = n_features
+        for h in self.hidden:
+            layers += [nn.Linear(d, h), nn.ReLU()]
+            d = h
+        layers.append(nn.Linear(d, 1))
+        self.net = nn.Sequential(*layers)
+
+    def set_normalisation(self, X: torch.Tensor) -> None:
+        self.mean.copy_(X.mean(0))
+        self.scale.copy_(X.std(0).clamp(min=1e-6))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net((x.to(self.mean.dtype) - self.mean) / self.scale).squeeze(-1)
+
+
+@dataclass
+class Policy:
+    """A loaded policy file: the network (float64, eval mode) and its header."""
+
+    net: PolicyNet
+    kind: str
+    threshold: float
+    path: str
+    meta: dict = field(default_factory=dict)
+
+    @torch.no_grad()
+    def prob(self, x: torch.Tensor) -> torch.Tensor:
+        """p(safe) for features ``[..., F]`` (computed in float64, so batching does not change it)."""
+        net = self.net if self.net.mean.device == x.device else self.net.to(x.device)
+        return torch.sigmoid(net(x.double()))
+
+
+class PolicyFileError(ParameterError):
+    """A policy file that exists but is not one this framework wrote (the message names it)."""
+
+
+def save_policy(net: PolicyNet, path: "str | os.PathLike", *, kind: str, threshold: float = 0.9,
+                meta: Optional[dict] = None) -> Path:
+    """Write ``net`` with its header (see the module docstring); returns the path."""
+    if kind not in ("mlp", "logreg"):
+        raise ValueError(f"kind={kind!r}; allowed: mlp, logreg")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    blob = {
+        "format": POLICY_FORMAT, "version": POLICY_VERSION, "kind": kind,
+        "feature_names": list(FEATURE_NAMES), "hidden": list(net.hidden),
+        "state_dict": {k: v.detach().cpu().float() for k, v in net.state_dict().items()},
+        "threshold": float(threshold), "meta": json.loads(json.dumps(meta or {}, default=str)),
+    }
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    torch.save(blob, tmp)
+    os.replace(tmp, path)
+    _load_cached.cache_clear()
+    return path
+
+
+def load_policy(path: "str | os.PathLike") -> Policy:
+    """Read a policy file; a missing file raises FileNotFoundError, a bad one PolicyFileError."""
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise FileNotFoundError(
+            f"policy file {str(path)!r} not found; train one with 'adec train-controller --task TASK' "
+            f"(it writes mlp.pt and logreg.pt under {DEFAULT_OUT}/)")
+    st = p.stat()
+    return _load_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
+
+
+@lru_cache(maxsize=32)
+def _load_cached(path: str, mtime_ns: int, size: int) -> Policy:
+    try:
+        blob = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - any unreadable file gets the same clear message
+        raise PolicyFileError(f"policy file {path!r} cannot be read ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:200] if str(exc) else 'no detail'})") from None
+    if not isinstance(blob, dict) or blob.get("format") != POLICY_FORMAT:
+        raise PolicyFileError(f"policy file {path!r} is not an {POLICY_FORMAT} file "
+                              f"(written by 'adec train-controller')")
+    if blob.get("version") != POLICY_VERSION:
+        raise PolicyFileError(f"policy file {path!r} has version {blob.get('version')!r}; this framework "
+                              f"reads version {POLICY_VERSION}; retrain it with 'adec train-controller'")
+    if tuple(blob.get("feature_names", ())) != FEATURE_NAMES:
+        raise PolicyFileError(f"policy file {path!r} was trained on features {blob.get('feature_names')}, "
+                              f"not the current {list(FEATURE_NAMES)}; retrain it with 'adec train-controller'")
+    try:
+        net = PolicyNet(len(FEATURE_NAMES), blob["hidden"])
+        net.load_state_dict(blob["state_dict"])
+        threshold = float(blob["threshold"])
+    except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+        raise PolicyFileError(f"policy file {path!r} is corrupt ({type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0][:200]})") from None
+    return Policy(net=net.double().eval(), kind=str(blob["kind"]), threshold=threshold, path=path,
+                  meta=dict(blob.get("meta") or {}))
+
+
+_TINY_DIR: list[Path] = []
+
+
+def tiny_policy_file(kind: str = "mlp", seed: int = 0) -> Path:
+    """A small random policy (seeded) in a per-process temporary folder, for conformance checks."""
+    import atexit
+    import shutil
+    import tempfile
+
+    if not _TINY_DIR:
+        _TINY_DIR.append(Path(tempfile.mkdtemp(prefix="adec-policy-")))
+        atexit.register(shutil.rmtree, str(_TINY_DIR[0]), True)
+    path = _TINY_DIR[0] / f"tiny-{kind}-{seed}.pt"
+    if not path.is_file():
+        gen = torch.Generator().manual_seed(seed)
+        net = PolicyNet(len(FEATURE_NAMES), (8,) if kind == "mlp" else ())
+        with torch.no_grad():
+            for prm in net.net.parameters():
+                prm.copy_(torch.randn(prm.shape, generator=gen))
+        save_policy(net, path, kind=kind, threshold=0.5, meta={"note": "random, for conformance tests"})
+    return path

@@ -1,0 +1,112 @@
+"""Training data for learned policies: the states of reference decoding, one row per eligible
+position, labelled by whether its prediction is the final token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional, Sequence
+
+import torch
+
+from framework.engine.config import DecodeConfig
+from framework.engine.controller import DecodeState
+from framework.engine.controller_io import build_controller
+from framework.engine.features import StepFeatures
+from framework.engine.loop import decode
+from framework.learning.features import FEATURE_NAMES, feature_matrix
+
+
+# ---------------------------------------------------------------------- rollouts -> dataset
+@dataclass
+class RolloutDataset:
+    """Rows of (φ, y): ``X`` float ``[N, F]``, ``y`` float ``[N]`` in {0, 1}, and where each row
+    came from: ``sample`` (index of the prompt), ``step`` and ``position`` (in the generation)."""
+
+    X: torch.Tensor
+    y: torch.Tensor
+    sample: torch.Tensor
+    step: torch.Tensor
+    position: torch.Tensor
+    feature_names: tuple[str, ...] = FEATURE_NAMES
+
+    def __len__(self) -> int:
+        return int(self.y.numel())
+
+    @property
+    def positive_rate(self) -> float:
+        return float(self.y.mean()) if len(self) else float("nan")
+
+    @staticmethod
+    def concat(parts: Sequence["RolloutDataset"]) -> "RolloutDataset":
+        offset, samples = 0, []
+        for p in parts:
+            samples.append(p.sample + offset)
+            offset += int(p.sample.max()) + 1 if len(p) else 0
+        return RolloutDataset(
+            X=torch.cat([p.X for p in parts]), y=torch.cat([p.y for p in parts]), sample=torch.cat(samples),
+            step=torch.cat([p.step for p in parts]), position=torch.cat([p.position for p in parts]),
+        )
+
+
+class _Recorder:
+    """Wraps a controller and records (φ, x0, where) of every eligible position at every step."""
+
+    ROW_KEY = "_recorder.row"
+
+    def __init__(self, inner: Any, gen_length: int) -> None:
+        self.inner, self.gen_length = inner, gen_length
+        self.records: list[tuple[torch.Tensor, ...]] = []
+
+    def reset(self, state: DecodeState) -> None:
+        self.inner.reset(state)
+        state.memory[self.ROW_KEY] = torch.arange(state.batch_size, device=state.seeds.device)
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Any:
+        b, i = f.eligible.nonzero(as_tuple=True)
+        X = feature_matrix(f, self.gen_length)[b, i]
+        self.records.append((X.cpu(), state.memory[self.ROW_KEY][b].cpu(), f.position[b, i].cpu(),
+                             f.x0[b, i].cpu(), f.step[b].cpu()))
+        return self.inner.decide(f, state)
+
+
+@torch.no_grad()
+def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: DecodeConfig, *,
+                     seeds: Any = None, rollout: Any = None) -> RolloutDataset:
+    """Rows of every step of decoding ``prompts``, labelled against sequential decoding's output.
+
+    Args:
+        rollout: the controller whose states are recorded (default: ``sequential`` itself, then
+            one decode pass is enough). Labels always come from ``sequential``'s final tokens.
+    """
+    G = config.gen_length
+    seq = build_controller("sequential")
+    rec = _Recorder(seq if rollout is None else rollout, G)
+    if rollout is None:
+        final = decode(model, prompts, rec, config, seeds=seeds).generated.cpu()
+    else:
+        final = decode(model, prompts, seq, config, seeds=seeds).generated.cpu()
+        decode(model, prompts, rec, config, seeds=seeds)
+    if not rec.records:
+        empty = torch.zeros(0, dtype=torch.long)
+        return RolloutDataset(torch.zeros(0, len(FEATURE_NAMES)), torch.zeros(0), empty, empty, empty)
+    X, rows, pos, x0, step = (torch.cat(parts) for parts in zip(*rec.records))
+    y = (x0 == final[rows, pos]).float()
+    return RolloutDataset(X=X, y=y, sample=rows, step=step, position=pos)
+
+
+def build_dataset(loaded: Any, task: Any, split: str, n: int, *, config: Optional[DecodeConfig] = None,
+                  batch_size: int = 64, rollout: Any = None, data_seed: int = 0) -> RolloutDataset:
+    """:func:`collect_rollouts` over ``n`` examples of a task split (seeds as in evaluation)."""
+    from framework.engine.evaluate import item_seeds
+
+    config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)
+    examples = task.examples(split, n, seed=data_seed)
+    tok = loaded.tokenizer
+    parts = []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start : start + batch_size]
+        prompts = [tok.encode(ex.prompt) for ex in chunk]
+        parts.append(collect_rollouts(loaded.denoiser, prompts, config,
+                                      seeds=item_seeds([ex.id for ex in chunk], config.seed), rollout=rollout))
+    return RolloutDataset.concat(parts)

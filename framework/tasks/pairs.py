@@ -1,0 +1,89 @@
+"""``pairs``: paired phrases with several valid joint modes (New York / San Francisco, never
+"New Francisco").
+"""
+
+from __future__ import annotations
+
+import random
+
+from framework.core.params import Param, ParameterError
+from framework.tasks.base import TASKS, Example, Task, _norm
+
+# ====================================================================== pairs
+#: group word -> its three two-word phrases; within a group no first or second word repeats, so a
+#: first word from one phrase and a second from another is always an incoherent ("New Francisco")
+PAIR_GROUPS: dict[str, tuple[tuple[str, str], ...]] = {
+    "usa": (("New", "York"), ("San", "Francisco"), ("Los", "Angeles")),
+    "asia": (("Hong", "Kong"), ("New", "Delhi"), ("Kuala", "Lumpur")),
+    "west": (("San", "Diego"), ("Las", "Vegas"), ("Santa", "Fe")),
+    "south": (("New", "Orleans"), ("San", "Antonio"), ("El", "Paso")),
+    "world": (("Buenos", "Aires"), ("Tel", "Aviv"), ("Cape", "Town")),
+    "coast": (("San", "Jose"), ("Santa", "Cruz"), ("Long", "Beach")),
+}
+
+
+@TASKS.register("pairs", aliases=("paired_phrases",))
+class PairsTask(Task):
+    """Paired phrases: each prompt group admits three two-word phrases, right only as a pair."""
+
+    metric = "every slot a valid pair"
+    params = {
+        "min_groups": Param(int, low=1, high=4, doc="fewest phrase slots per answer"),
+        "max_groups": Param(int, low=1, high=4, doc="most phrase slots per answer"),
+    }
+
+    def __init__(self, min_groups: int = 1, max_groups: int = 4) -> None:
+        self.min_groups = min_groups
+        self.max_groups = max_groups
+
+    def check_combination(self) -> None:
+        if self.min_groups > self.max_groups:
+            raise ParameterError(
+                f"pairs.min_groups={self.min_groups} is larger than max_groups={self.max_groups}"
+            )
+
+    @property
+    def gen_length(self) -> int:
+        return 3 * self.max_groups - 1  # two words per slot, commas between
+
+    @property
+    def max_prompt_length(self) -> int:
+        return 2 * self.max_groups  # group words, commas, ':'
+
+    def _sample(self, rng: random.Random) -> tuple[str, str, dict]:
+        k = rng.randint(self.min_groups, self.max_groups)
+        groups = [rng.choice(sorted(PAIR_GROUPS)) for _ in range(k)]
+        chosen = [rng.randrange(3) for _ in groups]
+        answer = ",".join(" ".join(PAIR_GROUPS[g][c]) for g, c in zip(groups, chosen))
+        return ",".join(groups) + ":", answer, {"groups": groups, "choices": chosen}
+
+    @staticmethod
+    def groups_of(example: Example) -> list[str]:
+        return list(example.meta.get("groups") or example.prompt.rstrip(":").split(","))
+
+    def _slots(self, output_text: str) -> list[tuple[str, ...]]:
+        return [tuple(part.split()) for part in _norm(output_text).split(",")]
+
+    def score(self, example: Example, output_text: str) -> float:
+        """1.0 if the output has one valid phrase of its group per slot, in order."""
+        c = self.joint_coherence(example, output_text)
+        return float(c["valid"] == c["slots"] and c["extra"] == 0)
+
+    def joint_coherence(self, example: Example, output_text: str) -> dict[str, int]:
+        """Counts over the answer's slots: ``valid`` phrases, ``incoherent`` mixes of two valid phrases
+        (a first word of one phrase, the second of another: "New Francisco"), ``other`` wrong slots,
+        ``extra`` slots beyond the prompt's groups."""
+        groups = self.groups_of(example)
+        slots = self._slots(output_text)
+        valid = incoherent = other = 0
+        for i, group in enumerate(groups):
+            phrases = PAIR_GROUPS[group]
+            got = slots[i] if i < len(slots) else ()
+            if got in phrases:
+                valid += 1
+            elif len(got) == 2 and got[0] in {p[0] for p in phrases} and got[1] in {p[1] for p in phrases}:
+                incoherent += 1
+            else:
+                other += 1
+        return {"slots": len(groups), "valid": valid, "incoherent": incoherent, "other": other,
+                "extra": max(0, len(slots) - len(groups))}

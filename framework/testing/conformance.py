@@ -1,0 +1,385 @@
+"""One conformance suite for every controller, like scikit-learn's ``check_estimator``.
+
+A plugin author runs it on their controller, registered or not::
+
+    from framework.testing.conformance import check_controller
+    check_controller("my_controller")          # a registered name, or the class itself
+
+or, in pytest, one test per check (readable ids, one failure per broken contract)::
+
+    @pytest.mark.parametrize("check_name, check", list(controller_checks()))
+    def test_my_controller(check_name, check):
+        check(MyController)
+
+The checks (:func:`controller_checks` yields them in this order), all on small toy denoisers from
+:mod:`framework.testing`:
+
+``params_declared``       every ``__init__`` keyword has a :class:`~framework.core.params.Param` and vice
+                          versa, values are stored as given, the defaults validate, a docstring.
+``param_validation``      for each bounded (or categorical, or boolean) Param, an out-of-range value
+                          is accepted by ``__init__`` (no logic there) and refused by ``validate`` /
+                          ``build`` with a :class:`ParameterError` naming the parameter, the value
+                          and the allowed range; an unknown parameter name is refused.
+``search_space``          every declared Optuna range lies inside the Param's bounds and its
+                          endpoints (or choices) build.
+``get_params_round_trip`` ``cls(**c.get_params())`` equals ``c``, also after decoding.
+``save_load_round_trip``  :func:`framework.engine.controller_io.save_controller` then ``load_controller``
+                          gives an equal controller that decodes identically (needs a registered name).
+``decision_fields``       Decision shapes and dtypes (commit ``[B, L]`` bool, tokens ``[B, L]`` valid
+                          ids, k ``[B, L]`` ≥ 1 and 1 outside eligible, depth ``[B]`` ≥ 0,
+                          next_block_length ``[B]`` ≥ 1, info and ``state.memory`` with leading dim B).
+``batch_invariance``      a batch of N different, ragged prompts (with per-sample seeds) decodes
+                          exactly like N single runs, greedy and sampled, on a context-dependent toy.
+``determinism``           same seed, same decisions (also reusing one instance); a controller that
+                          declares ``stochastic`` differs across seeds, one that does not ignores them.
+``progress``              every step commits ≥ 1 position in every row that has eligible positions
+                          (so ``DecodeResult.forced == 0``), on mixed, all-confident and
+                          none-confident toys, and decoding finishes.
+``decided_positions``     commits ⊆ ``features.eligible``; prompt and committed tokens never change.
+``semi_ar_blocks``        all of the above hold inside semi-autoregressive blocks.
+
+Hooks a controller class may define:
+
+* ``conformance_params() -> dict`` (classmethod): the keyword parameters the suite builds it with,
+  for controllers that need extra construction (a learned policy's checkpoint); default ``{}``.
+* ``conformance_expected_failures: dict[str, str]``: check name -> reason, for checks known to
+  fail (scikit-learn's ``expected_failed_checks``): :func:`check_controller` runs them, warns, and
+  does not raise; ``tests/test_conformance.py`` marks them ``xfail(strict=True)``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import tempfile
+import warnings
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import torch
+
+from framework.core.params import ParameterError
+from framework.engine.config import DecodeConfig
+from framework.testing.controller_harness import (
+    PROMPTS,
+    SEEDS,
+    Check,
+    ConformanceError,
+    G,
+    _bad_values,
+    _configs,
+    _context_toy,
+    _cparams,
+    _fail,
+    _flat_toys,
+    _make,
+    _Recorder,
+    _resolve,
+    _row,
+    _run,
+    _same,
+)
+
+
+# ---------------------------------------------------------------------- parameter checks
+def check_params_declared(cls_or_name: Any) -> None:
+    """Every __init__ keyword has a Param and vice versa; values stored as given; defaults build."""
+    cls = _resolve(cls_or_name)
+    names, declared = cls._param_names(), set(cls.params)
+    if set(names) != declared:
+        _fail(f"__init__ keywords {sorted(names)} differ from the Param specs in `params` {sorted(declared)}; "
+              f"every hyper-parameter needs both")
+    sig = inspect.signature(cls.__init__)
+    missing = [n for n in names if sig.parameters[n].default is inspect.Parameter.empty and n not in _cparams(cls)]
+    if missing:
+        _fail(f"parameters {missing} have no default; give one or return them from conformance_params()")
+    given = _cparams(cls)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        raw = cls(**given)
+    for key, value in given.items():
+        if getattr(raw, key, object()) is not value:
+            _fail(f"__init__ did not store {key}={value!r} as given (got {getattr(raw, key, None)!r}); "
+                  f"keep logic out of __init__")
+    obj = _make(cls)
+    if not obj.describe():
+        _fail("has no docstring; its first line is what `adec list` shows")
+
+
+def check_param_validation(cls_or_name: Any) -> None:
+    """Out-of-range values are refused by validate() with parameter, value and range named."""
+    cls = _resolve(cls_or_name)
+    base = _cparams(cls)
+    for name, spec in cls.params.items():
+        for bad in _bad_values(spec):
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    obj = cls(**{**base, name: bad})
+            except Exception as exc:  # noqa: BLE001
+                _fail(f"__init__ raised {type(exc).__name__} for {name}={bad!r}; validation belongs in "
+                      f"validate(), not __init__")
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    obj.validate()
+            except ParameterError as exc:
+                msg = str(exc)
+                lacking = [what for what, text in (("the parameter", name), ("the value", repr(bad)),
+                                                   ("the allowed range", spec.allowed())) if text not in msg]
+                if lacking:
+                    _fail(f"{name}={bad!r} was refused, but the message {msg!r} does not name "
+                          f"{' or '.join(lacking)} ({spec.allowed()!r})")
+            except Exception as exc:  # noqa: BLE001
+                _fail(f"{name}={bad!r} raised {type(exc).__name__} ({exc}), expected ParameterError")
+            else:
+                _fail(f"{name}={bad!r} is outside the declared range ({spec.allowed()}) but validate() accepted it")
+    try:
+        cls.build(**base, no_such_parameter=1)
+    except ParameterError as exc:
+        if "no_such_parameter" not in str(exc):
+            _fail(f"an unknown parameter was refused, but the message {str(exc)!r} does not name it")
+    except Exception as exc:  # noqa: BLE001
+        _fail(f"an unknown parameter raised {type(exc).__name__} ({exc}), expected ParameterError")
+    else:
+        _fail("build(no_such_parameter=1) was accepted; unknown parameter names must fail")
+
+
+def check_search_space(cls_or_name: Any) -> None:
+    """Declared Optuna ranges lie inside the Param bounds and their endpoints build."""
+    cls = _resolve(cls_or_name)
+    for name, spec in cls.search_space().items():
+        tune = tuple(spec.tune)
+        numeric = spec.kind in (int, float) and spec.choices is None
+        if numeric:
+            if len(tune) != 2 or not tune[0] <= tune[1]:
+                _fail(f"{name}: tune={tune!r} must be (low, high) with low ≤ high")
+            if spec.log and tune[0] <= 0:
+                _fail(f"{name}: a log-scale range needs low > 0, got {tune!r}")
+            values = [spec.kind(v) for v in tune]
+        else:
+            values = list(tune)
+        for v in values:
+            try:
+                spec.check(cls.display_name(), name, v)
+            except ParameterError as exc:
+                _fail(f"{name}: tune value {v!r} is outside the parameter's own range: {exc}")
+            _make(cls, **{name: v})
+
+
+def check_get_params_round_trip(cls_or_name: Any) -> None:
+    """cls(**c.get_params()) == c, for copies too, and decoding leaves the parameters alone."""
+    cls = _resolve(cls_or_name)
+    c = _make(cls)
+    p = c.get_params()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        clone = cls(**p)
+        clone.validate()
+    for label, other in (("cls(**get_params())", clone), ("copy.deepcopy", copy.deepcopy(c))):
+        if other.get_params() != p:
+            _fail(f"{label} gives {other.get_params()!r}, expected {p!r}")
+    _run(c, _context_toy(), PROMPTS[:2], DecodeConfig(gen_length=G))
+    if c.get_params() != p:
+        _fail(f"decoding changed the parameters from {p!r} to {c.get_params()!r}; keep run state in "
+              f"state.memory, not in parameters")
+
+
+def check_save_load_round_trip(cls_or_name: Any) -> None:
+    """save_controller -> load_controller gives an equal controller that decodes identically."""
+    import yaml
+
+    from framework.engine.controller_io import (
+        load_controller,
+        load_decode_config,
+        save_controller,
+    )
+
+    cls = _resolve(cls_or_name)
+    c = _make(cls)
+    config = DecodeConfig(gen_length=G, block_length=4)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "controller.yaml"
+        try:
+            save_controller(c, path, decode_config=config, extra={"by": "conformance"})
+        except Exception as exc:  # noqa: BLE001
+            _fail(f"save_controller raised {type(exc).__name__}: {exc}")
+        doc = yaml.safe_load(path.read_text())
+        if doc.get("controller") != c.display_name():
+            _fail(f"saved controller name {doc.get('controller')!r}, expected {c.display_name()!r}")
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                loaded = load_controller(path)
+        except Exception as exc:  # noqa: BLE001
+            _fail(f"load_controller refused the file it just saved: {type(exc).__name__}: {exc}\n{path.read_text()}")
+        if type(loaded) is not type(c) or loaded.get_params() != c.get_params():
+            _fail(f"loaded {type(loaded).__name__}({loaded.get_params()!r}), saved {cls.__name__}({c.get_params()!r})")
+        if load_decode_config(path) != config.get_params():
+            _fail(f"load_decode_config gives {load_decode_config(path)!r}, saved {config.get_params()!r}")
+    model = _context_toy()
+    a, _ = _run(c, model, PROMPTS, config, SEEDS)
+    b, _ = _run(loaded, model, PROMPTS, config, SEEDS)
+    if not torch.equal(a.generated, b.generated) or not torch.equal(a.nfe, b.nfe):
+        _fail(f"the loaded controller decodes differently: {b.generated.tolist()} vs {a.generated.tolist()}")
+
+
+# ---------------------------------------------------------------------- behaviour checks
+def check_decision_fields(cls_or_name: Any) -> None:
+    """Decision fields have the documented shapes, dtypes and ranges; memory is per sample."""
+    cls = _resolve(cls_or_name)
+    for config in _configs() + _configs(block_length=4):
+        _, spy = _run(_make(cls), _context_toy(), PROMPTS, config, SEEDS)
+        if spy.problems["fields"]:
+            _fail(f"with {config!r}: " + "; ".join(spy.problems["fields"]))
+
+
+def check_batch_invariance(cls_or_name: Any, block_length: Optional[int] = None) -> None:
+    """A batch of N ragged, different prompts decodes exactly like N single runs."""
+    cls = _resolve(cls_or_name)
+    model = _context_toy()
+    for config in _configs(block_length):
+        batch, _ = _run(_make(cls), model, PROMPTS, config, SEEDS)
+        for i, (prompt, seed) in enumerate(zip(PROMPTS, SEEDS)):
+            single, _ = _run(_make(cls), model, [prompt], config, [seed])
+            if not _same(batch, i, single, 0):
+                _fail(f"with {config!r}, prompt {list(prompt)} (seed {seed}) decoded alone gives "
+                      f"{_row(single, 0)}, but as row {i} of a batch of {len(PROMPTS)} gives {_row(batch, i)}; "
+                      f"a row's decisions must depend only on its own features and state.memory rows")
+
+
+def check_determinism(cls_or_name: Any) -> None:
+    """Same seed, same decisions; stochastic controllers differ across seeds, others do not."""
+    cls = _resolve(cls_or_name)
+    model = _context_toy()
+    for config in _configs():
+        reused = _make(cls)
+        runs = [_run(ctrl, model, PROMPTS, config, SEEDS) for ctrl in (reused, reused, _make(cls))]
+        (r0, s0) = runs[0]
+        for label, (r, s) in zip(("the same instance again", "a fresh instance"), runs[1:]):
+            same_steps = len(s.steps) == len(s0.steps) and all(
+                torch.equal(x["commit"], y["commit"]) for x, y in zip(s.steps, s0.steps))
+            if not (torch.equal(r.generated, r0.generated) and torch.equal(r.nfe, r0.nfe) and same_steps):
+                _fail(f"with {config!r} and the same seeds, {label} decided differently: "
+                      f"{r.generated.tolist()} (nfe {r.nfe.tolist()}) vs {r0.generated.tolist()} "
+                      f"(nfe {r0.nfe.tolist()}); draw randomness from state.seeds (framework.core.rng) and reset "
+                      f"all run state in reset()")
+    c = _make(cls)
+    stochastic = bool(getattr(c, "stochastic", False))
+    config = DecodeConfig(gen_length=G)
+    traces = []
+    for seed in range(6):
+        r, s = _run(c, model, [PROMPTS[2]], config, [seed])
+        traces.append((tuple(r.generated[0].tolist()), tuple(tuple(x["commit"][0].tolist()) for x in s.steps)))
+    distinct = len(set(traces))
+    if stochastic and distinct == 1:
+        _fail("declares stochastic=True, but 6 different seeds gave identical decisions at temperature 0")
+    if not stochastic and distinct > 1:
+        _fail(f"does not declare stochastic=True, but at temperature 0 its decisions depend on the seed "
+              f"({distinct} different traces over 6 seeds); set `stochastic = True` if that is intended")
+
+
+def check_progress(cls_or_name: Any) -> None:
+    """≥ 1 commit per row with eligible positions every step, so the loop never forces one."""
+    cls = _resolve(cls_or_name)
+    cases = [("context toy", _context_toy(), [list(p) for p in PROMPTS])] + _flat_toys()
+    for label, model, prompts in cases:
+        for config in _configs():
+            result, spy = _run(_make(cls), model, prompts, config, SEEDS[: len(prompts)])
+            if spy.problems["progress"] or int(result.forced.sum()):
+                _fail(f"on the {label} with {config!r}: forced={result.forced.tolist()}; "
+                      + "; ".join(spy.problems["progress"]))
+            if (result.generated == model.mask_token_id).any():
+                _fail(f"on the {label}, decoding ended with masked positions left: {result.generated.tolist()}")
+
+
+def check_decided_positions(cls_or_name: Any, block_length: Optional[int] = None) -> None:
+    """Commits ⊆ eligible; prompt tokens and committed tokens never change."""
+    cls = _resolve(cls_or_name)
+    for config in _configs(block_length):
+        _, spy = _run(_make(cls), _context_toy(), PROMPTS, config, SEEDS)
+        if spy.problems["subset"]:
+            _fail(f"with {config!r}: " + "; ".join(spy.problems["subset"]))
+        for prompt, seed in zip(PROMPTS, SEEDS):
+            rec = _Recorder(_context_toy())
+            result, _ = _run(_make(cls), rec, [prompt], config, [seed])
+            frames = rec.canvases + [result.tokens]
+            n = len(prompt)
+            for t, (before, after) in enumerate(zip(frames, frames[1:])):
+                decided = before != rec.mask_token_id
+                if not torch.equal(before[decided], after[decided]) or before[0, :n].tolist() != list(prompt):
+                    _fail(f"prompt {list(prompt)}: a decided token changed between forward {t} and {t + 1}: "
+                          f"{before[0].tolist()} -> {after[0].tolist()}")
+
+
+def check_semi_ar_blocks(cls_or_name: Any) -> None:
+    """Inside semi-AR blocks: progress, commits ⊆ eligible and batch invariance still hold."""
+    cls = _resolve(cls_or_name)
+    for block_length in (4, 2):
+        for config in _configs(block_length):
+            result, spy = _run(_make(cls), _context_toy(), PROMPTS, config, SEEDS)
+            problems = spy.problems["subset"] + spy.problems["progress"]
+            if problems or int(result.forced.sum()):
+                _fail(f"with {config!r}: forced={result.forced.tolist()}; " + "; ".join(problems))
+    check_batch_invariance(cls, block_length=2)
+
+
+CHECKS: tuple[tuple[str, Check], ...] = (
+    ("params_declared", check_params_declared),
+    ("param_validation", check_param_validation),
+    ("search_space", check_search_space),
+    ("get_params_round_trip", check_get_params_round_trip),
+    ("save_load_round_trip", check_save_load_round_trip),
+    ("decision_fields", check_decision_fields),
+    ("batch_invariance", check_batch_invariance),
+    ("determinism", check_determinism),
+    ("progress", check_progress),
+    ("decided_positions", check_decided_positions),
+    ("semi_ar_blocks", check_semi_ar_blocks),
+)
+
+
+def controller_checks() -> Iterator[tuple[str, Check]]:
+    """``(check_name, check_fn)`` pairs; ``check_fn(cls_or_name)`` raises :class:`ConformanceError`."""
+    yield from CHECKS
+
+
+def expected_failures(cls_or_name: Any) -> dict[str, str]:
+    """The class's ``conformance_expected_failures`` (check name -> reason), validated."""
+    cls = _resolve(cls_or_name)
+    out = dict(getattr(cls, "conformance_expected_failures", {}) or {})
+    unknown = [k for k in out if k not in dict(CHECKS)]
+    if unknown:
+        raise ValueError(f"{cls.__name__}.conformance_expected_failures names unknown check {unknown[0]!r}; "
+                         f"known: {', '.join(n for n, _ in CHECKS)}")
+    return out
+
+
+def check_controller(cls_or_name: Any, *, checks: Optional[Sequence[str]] = None,
+                     expected_failed_checks: Optional[dict[str, str]] = None) -> None:
+    """Run the conformance checks on a controller; raise one :class:`ConformanceError` listing all
+    unexpected failures. Expected failures (the class's ``conformance_expected_failures`` plus
+    ``expected_failed_checks``) only warn, and warn too when they unexpectedly pass."""
+    cls = _resolve(cls_or_name)
+    expected = {**expected_failures(cls), **(expected_failed_checks or {})}
+    table = dict(CHECKS)
+    selected = list(checks) if checks is not None else [n for n, _ in CHECKS]
+    for name in selected:
+        if name not in table:
+            raise ValueError(f"unknown conformance check {name!r}; known: {', '.join(table)}")
+    failures = []
+    for name in selected:
+        try:
+            table[name](cls)
+        except ConformanceError as exc:
+            if name in expected:
+                warnings.warn(f"{cls.display_name()}: expected failure of {name} ({expected[name]}): {exc}")
+            else:
+                failures.append(f"  - {name}: {exc}")
+        else:
+            if name in expected:
+                warnings.warn(f"{cls.display_name()}: {name} is listed as an expected failure "
+                              f"({expected[name]}) but passes; remove it from the list")
+    if failures:
+        raise ConformanceError(f"controller {cls.display_name()!r} ({cls.__module__}.{cls.__qualname__}) failed "
+                               f"{len(failures)} of {len(selected)} conformance checks:\n" + "\n".join(failures))

@@ -1,0 +1,416 @@
+"""Training the tiny denoisers with the masked-diffusion loss (Lightning).
+
+Forward process (MDLM / LLaDA, SFT-style): for a clean sequence x_0 with prompt p and answer slot
+r (answer + ``[EOS]`` padding, length G), draw ``t ~ U(0, 1)`` per example, set the masking
+probability ``p_mask = (1 - ε) t + ε`` and replace each *answer* position by ``[MASK]``
+independently with probability ``p_mask``; the prompt is never masked. The loss is the
+cross-entropy of x_0 at the masked positions, weighted by ``1 / p_mask`` and normalised by the
+answer length G (LLaDA's SFT objective, an upper bound on the negative log-likelihood)::
+
+    L = E_t E_{x_t} [ 1/G  Σ_{i ∈ r, x_t^i = [MASK]}  −log p_θ(x_0^i | x_t) / p_mask ]
+
+Optimiser: AdamW with linear warm-up and a cosine decay whose progress is
+``max(step / max_steps, elapsed / max_seconds)``: the schedule always completes, whether the step
+or the wall-time budget binds first (the run stops when either is spent).
+
+Validation and test: exact match with one-token-per-step decoding (the ``sequential``
+controller of :mod:`controllers.baselines` through :func:`framework.engine.loop.decode`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Optional, Sequence
+
+import pytorch_lightning as pl
+import torch
+import torch.nn.functional as F
+
+#: architecture presets (``--size``); a dict of :class:`TinyConfig` fields is accepted too
+from framework.models.tiny import MODEL_SIZES, TinyConfig, TinyDenoiser
+from framework.tasks.base import Example, Task, get_task
+from framework.training.data import TaskDataModule
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """A task's default training recipe (every field can be overridden by :func:`train_denoiser`)."""
+
+    size: str = "small"
+    max_minutes: float = 9.0
+    max_steps: int = 3000
+    batch_size: int = 128
+    lr: float = 2e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 200
+    eps: float = 1e-3
+    train_size: Optional[int] = None
+    val_size: int = 256
+    val_every: int = 500
+    n_test: int = 1000
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+#: per-task defaults, tuned so that ``adec train-denoiser --task T`` finishes in about 10 minutes
+#: on 2 CPU cores (see docs for the measured accuracies)
+RECIPES: dict[str, Recipe] = {
+    "addition": Recipe(max_steps=2500),  # val 100 % from ~2000 steps
+    "sorting": Recipe(max_steps=2500),  # val 100 % from ~1500 steps
+    "sudoku": Recipe(max_steps=2000),  # val 100 % from ~500 steps
+    "pairs": Recipe(max_steps=1500),  # val 100 % from ~1000 steps
+}
+
+
+def recipe_for(task_name: str) -> Recipe:
+    return RECIPES.get(task_name, Recipe())
+
+
+# ---------------------------------------------------------------------- the loss
+def forward_process(
+    input_ids: torch.Tensor, answer_mask: torch.Tensor, mask_token_id: int, t: torch.Tensor,
+    eps: float = 1e-3, generator: Optional[torch.Generator] = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Mask each answer position with probability ``p_mask = (1 - ε) t + ε``.
+
+    Returns ``(x_t, masked, p_mask)``: the noised batch, the bool mask of replaced positions (a
+    subset of ``answer_mask``) and ``p_mask`` ``[B]``.
+    """
+    p_mask = (1.0 - eps) * t + eps
+    u = torch.rand(input_ids.shape, generator=generator, device=input_ids.device)
+    masked = (u < p_mask[:, None]) & answer_mask
+    x_t = torch.where(masked, torch.full_like(input_ids, mask_token_id), input_ids)
+    return x_t, masked, p_mask
+
+
+def sample_t(batch: int, low_discrepancy: bool = True, generator: Optional[torch.Generator] = None,
+             device: Any = "cpu") -> torch.Tensor:
+    """Diffusion times ``t ∈ [0, 1)`` for a batch: stratified (``(u + b/B) mod 1``) or i.i.d."""
+    if low_discrepancy:
+        u = torch.rand(1, generator=generator, device=device)
+        return (u + torch.arange(batch, device=device) / batch) % 1.0
+    return torch.rand(batch, generator=generator, device=device)
+
+
+def masked_diffusion_loss(
+    logits: torch.Tensor, x0: torch.Tensor, masked: torch.Tensor, p_mask: torch.Tensor,
+    answer_mask: torch.Tensor,
+) -> torch.Tensor:
+    """``mean_b 1/G_b Σ_{masked i} CE(logits_bi, x0_bi) / p_mask_b`` (MDLM/LLaDA weighting)."""
+    ce = F.cross_entropy(logits.transpose(1, 2).float(), x0, reduction="none")  # [B, L]
+    per_example = (ce * masked).sum(1) / p_mask
+    return (per_example / answer_mask.sum(1).clamp(min=1)).mean()
+
+
+def exact_match(
+    denoiser: Any, task: Task, examples: Sequence[Example], batch_size: int = 256,
+    controller: str = "sequential",
+) -> float:
+    """Exact-match accuracy (``task.score``) of ``denoiser`` decoding one token per step."""
+    from framework.engine.config import DecodeConfig
+    from framework.engine.controller_io import build_controller
+    from framework.engine.loop import decode
+
+    if not examples:
+        return float("nan")
+    ctrl = build_controller(controller)
+    config = DecodeConfig(gen_length=task.gen_length)
+    tok = task.tokenizer
+    total = 0.0
+    for i in range(0, len(examples), batch_size):
+        chunk = list(examples[i : i + batch_size])
+        result = decode(denoiser, [task.prompt_ids(e) for e in chunk], ctrl, config)
+        for ex, gen in zip(chunk, result.generated):
+            total += task.score(ex, tok.decode(gen.tolist(), stop_at_eos=True))
+    return total / len(examples)
+
+
+# ---------------------------------------------------------------------- LightningModule
+class MaskedDiffusionLM(pl.LightningModule):
+    """A :class:`TinyDenoiser` trained with the masked-diffusion loss on one task.
+
+    Args:
+        task: registered task name; ``task_params`` its parameters.
+        model: :class:`TinyConfig` fields other than the vocabulary ids (``d_model``, ...).
+        lr, weight_decay, warmup_steps: AdamW and its warm-up.
+        max_steps, max_seconds: the budgets the cosine schedule runs over (whichever ends first).
+        eps: the smallest masking probability ε.
+        low_discrepancy: draw the batch's t stratified, ``t_b = (u + b / B) mod 1`` (MDLM's
+            low-discrepancy sampler: same expectation, lower variance), else i.i.d. uniform.
+    """
+
+    def __init__(
+        self,
+        task: str = "addition",
+        task_params: Optional[dict] = None,
+        model: Optional[dict] = None,
+        lr: float = 1e-3,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 200,
+        max_steps: int = 4000,
+        max_seconds: Optional[float] = None,
+        eps: float = 1e-3,
+        low_discrepancy: bool = True,
+    ) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        self.task = get_task(task, **(task_params or {}))
+        tok = self.task.tokenizer
+        self.tiny_config = TinyConfig(
+            vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id, max_len=self.task.canvas_length, **(model or {}),
+        )
+        self.denoiser = TinyDenoiser(self.tiny_config)
+        self._t0: Optional[float] = None
+        self._val_generator = torch.Generator().manual_seed(1234)
+
+    # -------------------------------------------------------------- schedule
+    def progress(self) -> float:
+        """Fraction of the budget spent: ``max(step / max_steps, elapsed / max_seconds)``."""
+        p = self.global_step / max(1, self.hparams.max_steps)
+        if self.hparams.max_seconds and self._t0 is not None:
+            p = max(p, (time.perf_counter() - self._t0) / self.hparams.max_seconds)
+        return min(1.0, p)
+
+    def lr_factor(self, step: int) -> float:
+        warm = self.hparams.warmup_steps
+        if warm and step < warm:
+            return (step + 1) / warm
+        return 0.5 * (1.0 + math.cos(math.pi * self.progress()))
+
+    def on_train_start(self) -> None:
+        self._t0 = time.perf_counter()
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.progress() >= 1.0:
+            self.trainer.should_stop = True
+
+    def configure_optimizers(self) -> Any:
+        decay, no_decay = [], []
+        for name, p in self.denoiser.named_parameters():
+            (no_decay if p.dim() < 2 or "norm" in name else decay).append(p)
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.hparams.weight_decay},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.hparams.lr, betas=(0.9, 0.98),
+        )
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
+        return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
+
+    # -------------------------------------------------------------- steps
+    def _loss(self, batch: dict, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        x0, answer = batch["input_ids"], batch["answer_mask"]
+        t = sample_t(x0.shape[0], self.hparams.low_discrepancy, generator, x0.device)
+        x_t, masked, p_mask = forward_process(x0, answer, self.tiny_config.mask_token_id, t,
+                                              self.hparams.eps, generator)
+        attn = batch["attention_mask"]
+        logits = self.denoiser(x_t, attention_mask=None if bool(attn.all()) else attn)
+        return masked_diffusion_loss(logits, x0, masked, p_mask, answer)
+
+    def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
+        loss = self._loss(batch)
+        self.log("train/loss", loss, prog_bar=True, batch_size=batch["input_ids"].shape[0])
+        self.log("train/lr", self.trainer.optimizers[0].param_groups[0]["lr"], batch_size=1)
+        return loss
+
+    def on_validation_epoch_start(self) -> None:
+        self._val_generator.manual_seed(1234)  # the same noise at every validation
+
+    def validation_step(self, batch: dict, batch_idx: int) -> None:
+        n = batch["input_ids"].shape[0]
+        loss = self._loss(batch, generator=self._val_generator) if batch["input_ids"].device.type == "cpu" \
+            else self._loss(batch)
+        acc = exact_match(self.denoiser, self.task, batch["examples"], batch_size=n)
+        self.log("val/loss", loss, prog_bar=False, batch_size=n)
+        self.log("val/exact_match", acc, prog_bar=True, batch_size=n)
+
+
+# ---------------------------------------------------------------------- the entry point
+@dataclass
+class TrainResult:
+    """What :func:`train_denoiser` produced: the saved folder and the measured figures."""
+
+    path: Path
+    task: str
+    test_accuracy: float
+    n_test: int
+    val_accuracy: Optional[float]
+    steps: int
+    train_seconds: float
+    total_seconds: float
+    model_config: dict = field(default_factory=dict)
+    recipe: dict = field(default_factory=dict)
+
+    def summary(self) -> str:
+        return (f"{self.task}: test exact match {self.test_accuracy:.1%} on {self.n_test} problems "
+                f"(one token per step), {self.steps} steps in {self.train_seconds / 60:.1f} min; "
+                f"saved to {self.path}")
+
+
+def auto_threads() -> int:
+    """Torch threads for training: the cores not already busy (by the 1-minute load average),
+    at least 1. Oversubscribed OpenMP threads spin-wait: on a 2-core machine shared with another
+    job, 2 threads measured 12x slower per step than 1."""
+    cores = os.cpu_count() or 1
+    try:
+        busy = round(os.getloadavg()[0])
+    except (AttributeError, OSError):  # pragma: no cover - not POSIX
+        busy = 0
+    return max(1, min(cores, cores - busy))
+
+
+@contextlib.contextmanager
+def _torch_threads(n: int) -> Iterator[None]:
+    """Set torch's intra-op threads for a block, then restore them (the caller may decode next)."""
+    prev = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(prev)
+
+
+def _resolve_size(model_size: Any) -> dict[str, Any]:
+    if isinstance(model_size, dict):
+        return dict(model_size)
+    if model_size not in MODEL_SIZES:
+        raise ValueError(f"unknown model size {model_size!r}; allowed: {', '.join(MODEL_SIZES)} or a dict")
+    return dict(MODEL_SIZES[model_size])
+
+
+def train_denoiser(
+    task: "str | Task",
+    *,
+    max_minutes: Optional[float] = None,
+    max_steps: Optional[int] = None,
+    model_size: Any = None,
+    out_dir: "str | os.PathLike | None" = None,
+    seed: int = 0,
+    wandb_mode: str = "offline",
+    progress: bool = True,
+    **overrides: Any,
+) -> TrainResult:
+    """Train a tiny denoiser on ``task``, measure its test exact match, save it as a folder.
+
+    Args:
+        task: a registered task name or a :class:`Task` instance.
+        max_minutes, max_steps: budgets (whichever is spent first ends training); default: the
+            task's :data:`RECIPES` entry.
+        model_size: ``tiny``, ``small``, ``base`` or a dict of :class:`TinyConfig` fields.
+        out_dir: where the model folder goes (``config.json``, ``model.pt``, ``metrics.json``) and
+            the Lightning logs and checkpoints (``lightning/``); default a new folder under
+            ``default_cache_dir()/runs``.
+        seed: seeds weights, data and masking.
+        wandb_mode: ``offline`` (default), ``online`` or ``disabled`` (no W&B logger at all).
+        progress: show the progress bar and the model summary.
+        overrides: any other :class:`Recipe` field (``lr``, ``batch_size``, ``train_size``,
+            ``val_size``, ``val_every``, ``n_test``, ``warmup_steps``, ``weight_decay``, ``eps``),
+            plus ``accelerator`` / ``devices`` for the Trainer and ``num_threads`` for torch
+            (default :func:`auto_threads`: the idle cores).
+    """
+    from framework.models.saved import default_cache_dir, save_pretrained
+
+    t_begin = time.perf_counter()
+    if wandb_mode not in ("offline", "online", "disabled"):
+        raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
+    task_obj = task if isinstance(task, Task) else get_task(task)
+    accelerator = overrides.pop("accelerator", "cpu")
+    devices = overrides.pop("devices", 1)
+    num_threads = overrides.pop("num_threads", None)
+    base = recipe_for(task_obj.name)
+    unknown = set(overrides) - set(base.to_dict())
+    if unknown:
+        raise TypeError(f"train_denoiser() got unknown options {sorted(unknown)}; "
+                        f"allowed: {', '.join(sorted(base.to_dict()))}")
+    fields = base.to_dict()
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    if max_minutes is not None:
+        fields["max_minutes"] = max_minutes
+    if max_steps is not None:
+        fields["max_steps"] = max_steps
+    if model_size is not None:
+        fields["size"] = model_size
+    recipe = fields
+    arch = _resolve_size(recipe["size"])
+    with _torch_threads(int(num_threads) if num_threads else auto_threads()):
+        out = Path(out_dir) if out_dir is not None else \
+            default_cache_dir() / "runs" / f"{task_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        out.mkdir(parents=True, exist_ok=True)
+
+        pl.seed_everything(seed, workers=True, verbose=False)
+        module = MaskedDiffusionLM(
+            task=task_obj.name, task_params=task_obj.get_params(), model=arch, lr=recipe["lr"],
+            weight_decay=recipe["weight_decay"], warmup_steps=recipe["warmup_steps"],
+            max_steps=recipe["max_steps"],
+            max_seconds=None if recipe["max_minutes"] is None else 60.0 * recipe["max_minutes"], eps=recipe["eps"],
+        )
+        data = TaskDataModule(task_obj, batch_size=recipe["batch_size"], train_size=recipe["train_size"],
+                              val_size=recipe["val_size"], seed=seed)
+
+        from pytorch_lightning.callbacks import ModelCheckpoint
+        from pytorch_lightning.loggers import CSVLogger
+
+        loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
+        wandb_logger = None
+        if wandb_mode != "disabled":
+            from pytorch_lightning.loggers import WandbLogger
+
+            os.environ.setdefault("WANDB_SILENT", "true")
+            wandb_logger = WandbLogger(
+                project="adaptive-decoding", name=f"train-{task_obj.name}", save_dir=str(out / "lightning"),
+                mode=wandb_mode, config={"task": task_obj.name, "task_params": task_obj.get_params(),
+                                         "model": arch, "recipe": recipe, "seed": seed},
+            )
+            loggers.append(wandb_logger)
+        has_val = bool(recipe["val_size"])
+        ckpt = ModelCheckpoint(
+            dirpath=str(out / "lightning" / "checkpoints"), save_last=True,
+            monitor="val/exact_match" if has_val else None, mode="max", save_top_k=1 if has_val else 0,
+        )
+        val_every = min(int(recipe["val_every"]), int(recipe["max_steps"]))
+        if not progress:  # keep Lightning's start-up chatter (device summary, tips) out of quiet runs
+            logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
+            logging.getLogger("pytorch_lightning.accelerators.cuda").setLevel(logging.WARNING)
+        trainer = pl.Trainer(
+            accelerator=accelerator, devices=devices, max_steps=int(recipe["max_steps"]),
+            logger=loggers, callbacks=[ckpt], enable_progress_bar=progress, enable_model_summary=progress,
+            val_check_interval=val_every if has_val else None, check_val_every_n_epoch=None,
+            **({} if has_val else {"limit_val_batches": 0}), num_sanity_val_steps=0, log_every_n_steps=25,
+            default_root_dir=str(out / "lightning"), deterministic=False, gradient_clip_val=1.0,
+        )
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+            warnings.filterwarnings("ignore", message=".*IterableDataset.*")
+            warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+            trainer.fit(module, datamodule=data)
+        train_seconds = time.perf_counter() - (module._t0 or t_begin)
+
+        denoiser = module.denoiser.cpu().eval()
+        val_acc = trainer.callback_metrics.get("val/exact_match")
+        val_acc = float(val_acc) if val_acc is not None else None
+        test = task_obj.examples("test", int(recipe["n_test"]), seed=seed) if recipe["n_test"] else []
+        test_acc = exact_match(denoiser, task_obj, test) if test else float("nan")
+        metrics = {
+            "task": task_obj.name, "test_exact_match": test_acc, "n_test": len(test),
+            "decoder": "sequential (one token per step)", "val_exact_match": val_acc,
+            "steps": int(trainer.global_step), "train_seconds": round(train_seconds, 1),
+            "torch_threads": torch.get_num_threads(), "seed": seed,
+        }
+        save_pretrained(out, denoiser, task=task_obj, recipe={**recipe, "seed": seed}, metrics=metrics)
+        if wandb_logger is not None:
+            wandb_logger.experiment.summary["test/exact_match"] = test_acc
+            wandb_logger.experiment.finish()
+        total = time.perf_counter() - t_begin
+        return TrainResult(
+            path=out, task=task_obj.name, test_accuracy=test_acc, n_test=len(test), val_accuracy=val_acc,
+            steps=int(trainer.global_step), train_seconds=train_seconds, total_seconds=total,
+            model_config=denoiser.config.to_dict(), recipe=recipe,
+        )

@@ -1,0 +1,142 @@
+"""Built-in model names, the saved-model folder format, and :func:`load_model`.
+
+A saved tiny denoiser is a folder (loadable with torch and json alone, no Lightning)::
+
+    config.json    {"format": "adaptive-decoding.tiny-denoiser", "format_version": 1,
+                    "model": TinyConfig fields, "task": ..., "task_params": ..., "vocab": [...],
+                    "recipe": the training recipe}
+    model.pt       the state dict (torch.save; loaded with weights_only=True)
+    metrics.json   test exact match with one-token-per-step decoding, steps, seconds
+
+Built-in names (``tiny-addition``, ``tiny-sorting``, ``tiny-sudoku``, ``tiny-pairs``) live in
+``default_cache_dir()/models/<name>``; :func:`load_model` trains them on first use (about 10 CPU
+minutes each) and reuses them afterwards. A folder holding a Hugging Face ``config.json`` is
+delegated to :func:`framework.models.hub_loading.load_hub_model`. Nothing here ever deletes a file.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional
+
+from framework.core.registry import Registry, UnknownNameError
+from framework.models.protocol import LoadedModel
+from framework.models.saved import (
+    CONFIG_FILE,
+    CheckpointError,
+    _lock,
+    _looks_like_path,
+    _read_json,
+    is_saved_model,
+    load_pretrained,
+    model_dir,
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A built-in model: which task it is trained on, with which recipe overrides."""
+
+    task: str
+    description: str = ""
+    size: Optional[str] = None
+    seed: int = 0
+
+    def recipe(self) -> dict[str, Any]:
+        from framework.training.masked_diffusion import recipe_for
+
+        r = recipe_for(self.task).to_dict()
+        if self.size is not None:
+            r["size"] = self.size
+        r["seed"] = self.seed
+        return r
+
+
+MODELS: Registry[ModelSpec] = Registry("model", entry_point_group="adaptive_decoding.models")
+MODELS.add("tiny-addition", ModelSpec("addition", "3-digit addition, tiny bidirectional Transformer"))
+MODELS.add("tiny-sorting", ModelSpec("sorting", "sort 4-8 digits, tiny bidirectional Transformer"))
+MODELS.add("tiny-sudoku", ModelSpec("sudoku", "4x4 Sudoku, tiny bidirectional Transformer"))
+MODELS.add("tiny-pairs", ModelSpec("pairs", "paired phrases (New York / San Francisco), tiny Transformer"))
+
+
+def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = True,
+               progress: bool = True) -> LoadedModel:
+    """A ready :class:`LoadedModel` from a built-in name or a local folder.
+
+    * a built-in name (``tiny-addition`` ...): loaded from the cache, trained first if missing and
+      ``train_if_missing`` (else :class:`CheckpointError` naming the missing file);
+    * a folder in this project's format: loaded directly;
+    * a folder with a Hugging Face ``config.json``: :func:`framework.models.hub_loading.load_hub_model`.
+
+    A missing or corrupt file raises :class:`CheckpointError` naming it; nothing is deleted.
+    Unknown names raise :class:`framework.core.registry.UnknownNameError` listing the known models.
+    """
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        if is_saved_model(path):
+            return load_pretrained(path, device=device)
+        cfg = path / CONFIG_FILE
+        if not cfg.is_file():
+            raise CheckpointError(f"{cfg}: file not found (a model folder needs a config.json: this "
+                                  f"project's format or a Hugging Face model)")
+        _read_json(cfg)  # a corrupt config.json is reported here, naming the file
+        from framework.models.hub_loading import load_hub_model
+
+        return load_hub_model(str(path), device=device)
+    if name_or_path == "tiny-text":  # the character-level English model has its own tokenizer
+        from framework.training.text_model import load_text_model
+
+        return load_text_model(device=device, train_if_missing=train_if_missing, progress=progress)
+    if name_or_path not in MODELS:
+        if _looks_like_path(name_or_path) or path.exists():
+            raise CheckpointError(f"{path}: no such model folder")
+        raise UnknownNameError(
+            f"unknown model {name_or_path!r} (and no such folder); known models: {', '.join(MODELS.names())}"
+        )
+    spec: ModelSpec = MODELS.get(name_or_path)
+    folder = model_dir(name_or_path)
+    if not (folder / CONFIG_FILE).exists():
+        if not train_if_missing:
+            raise CheckpointError(
+                f"{folder / CONFIG_FILE}: file not found (model {name_or_path!r} is not trained yet; "
+                f"run 'adec train-denoiser --task {spec.task} --out {folder}' or load it with "
+                f"train_if_missing=True)"
+            )
+        _train_builtin(name_or_path, spec, folder, progress=progress)
+    loaded = load_pretrained(folder, device=device, name=name_or_path)
+    want = spec.recipe()
+    have = loaded.info.get("recipe") or {}
+    if have and any(have.get(k) != v for k, v in want.items()):
+        warnings.warn(
+            f"{folder}: trained with an older recipe than the current default of {name_or_path!r}; "
+            f"it is used as is (move the folder away to retrain)", UserWarning, stacklevel=2,
+        )
+    return loaded
+
+
+def _train_builtin(name: str, spec: ModelSpec, folder: Path, progress: bool) -> None:
+    from framework.training.masked_diffusion import train_denoiser
+
+    with _lock(folder.parent / f".{name}.lock"):
+        if (folder / CONFIG_FILE).exists():  # another process finished it meanwhile
+            return
+        if folder.exists() and any(folder.iterdir()):
+            raise CheckpointError(
+                f"{folder / CONFIG_FILE}: file not found, but {folder} holds other files (an interrupted "
+                f"run?); move the folder away to retrain, nothing was deleted"
+            )
+        recipe = spec.recipe()
+        print(f"adec: model {name!r} is not in the cache; training it on task {spec.task!r} "
+              f"(about {recipe['max_minutes']:g} min on CPU) into {folder}", file=sys.stderr, flush=True)
+        staging = folder.parent / f".{name}.partial-{os.getpid()}"
+        mode = os.environ.get("WANDB_MODE", "offline")
+        result = train_denoiser(spec.task, out_dir=staging, seed=spec.seed, model_size=spec.size,
+                                progress=progress, wandb_mode=mode if mode in ("online", "disabled") else "offline")
+        if folder.exists():
+            folder.rmdir()  # empty (checked above)
+        os.replace(staging, folder)
+        print(f"adec: {result.summary().replace(str(staging), str(folder))}", file=sys.stderr, flush=True)

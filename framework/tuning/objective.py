@@ -1,0 +1,180 @@
+"""The two objectives of a trial (accuracy up, NFE down) and the worker loop that runs trials.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+from framework.core.params import ParameterError
+from framework.core.rng import stable_seed
+from framework.engine.config import DecodeConfig
+from framework.engine.controller import CONTROLLERS, Controller
+from framework.models.protocol import LoadedModel
+from framework.tuning.space import suggest, tuned_space
+from framework.tuning.storage import open_storage
+
+REFERENCE = "sequential"
+SETUP_KEYS = ("controller", "task", "task_params", "fixed", "decode", "n_val", "data_seed", "model")
+
+
+# ---------------------------------------------------------------------- evaluation
+def score_examples(loaded: LoadedModel, task: Any, controller: Controller, config: DecodeConfig,
+                   examples: Sequence[Any], batch_size: int = 64) -> tuple[list[float], list[int]]:
+    """Per-example exact-match score and NFE (same seeds as :func:`framework.engine.evaluate.evaluate`)."""
+    from framework.engine.evaluate import decode_texts
+
+    if not examples:
+        return [], []
+    texts, results, _ = decode_texts(loaded, [ex.prompt for ex in examples], controller, config,
+                                     ids=[ex.id for ex in examples], batch_size=batch_size)
+    nfe = torch.cat([r.nfe for r in results]).tolist()
+    return [float(task.score(ex, t)) for ex, t in zip(examples, texts)], [int(n) for n in nfe]
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else float("nan")
+
+
+def _figures(correct: Sequence[float], nfe: Sequence[int], gen_length: int) -> dict[str, float]:
+    return {"accuracy": _mean(correct), "nfe": _mean(nfe),
+            "tpf": _mean([gen_length / max(1, n) for n in nfe]), "n": len(correct)}
+
+
+# ---------------------------------------------------------------------- one worker
+@dataclass
+class TuneSettings:
+    """Everything a worker process needs (picklable): what to tune, on what, how."""
+
+    controller: str
+    task: str
+    task_params: dict
+    model: Any  # a model name / folder (str) or a LoadedModel (pickled to spawned workers)
+    device: str
+    fixed: dict
+    decode: dict
+    n_val: int
+    prune_fraction: float
+    prune_margin: Optional[float]
+    batch_size: int
+    data_seed: int
+
+    @property
+    def n_chunk(self) -> int:
+        return max(1, min(self.n_val, int(math.ceil(self.n_val * self.prune_fraction))))
+
+    def setup(self) -> dict[str, Any]:
+        model = self.model if isinstance(self.model, str) else getattr(self.model, "name", "model")
+        return {"controller": self.controller, "task": self.task, "task_params": self.task_params,
+                "fixed": self.fixed, "decode": self.decode, "n_val": self.n_val,
+                "data_seed": self.data_seed, "model": model}
+
+
+def _load(settings: TuneSettings, loaded: Optional[LoadedModel] = None) -> tuple[LoadedModel, Any, DecodeConfig]:
+    from framework.tasks.base import get_task
+
+    task = get_task(settings.task, **settings.task_params)
+    if loaded is None and isinstance(settings.model, str):
+        from framework.training.zoo import load_model
+
+        loaded = load_model(settings.model, device=settings.device, train_if_missing=False)
+    elif loaded is None:
+        loaded = settings.model
+    return loaded, task, DecodeConfig.build(**settings.decode)
+
+
+def make_objective(settings: TuneSettings, loaded: LoadedModel, task: Any, config: DecodeConfig,
+                   reference: dict[str, Any], worker: int = 0) -> Callable[[Any], tuple[float, float]]:
+    """The two-objective function ``trial -> (accuracy, mean NFE)`` with the pruning rule."""
+    import optuna
+
+    cls = CONTROLLERS.get(settings.controller)
+    space = tuned_space(cls, settings.fixed)
+    examples = task.examples("validation", settings.n_val, seed=settings.data_seed)
+    chunk, rest = examples[: settings.n_chunk], examples[settings.n_chunk:]
+
+    def objective(trial: Any) -> tuple[float, float]:
+        params = {**settings.fixed, **suggest(trial, space)}
+        trial.set_user_attr("worker", f"{worker}:{os.getpid()}")
+        try:
+            ctrl = cls.build(**params)
+            trial.set_user_attr("params", _plain(ctrl.get_params()))
+            c1, n1 = score_examples(loaded, task, ctrl, config, chunk, settings.batch_size)
+        except ParameterError as exc:  # sampled values incompatible with each other or the config
+            trial.set_user_attr("invalid", str(exc))
+            raise optuna.TrialPruned(f"invalid: {exc}") from None
+        trial.set_user_attr("chunk_accuracy", _mean(c1))
+        floor = reference["chunk_accuracy"] - (settings.prune_margin if settings.prune_margin is not None else math.inf)
+        if rest and _mean(c1) < floor:
+            trial.set_user_attr("pruned_reason", f"chunk accuracy {_mean(c1):.3f} < {floor:.3f}")
+            raise optuna.TrialPruned(f"accuracy {_mean(c1):.3f} on the first {len(chunk)} examples")
+        c2, n2 = score_examples(loaded, task, ctrl, config, rest, settings.batch_size)
+        fig = _figures(c1 + c2, n1 + n2, config.gen_length)
+        trial.set_user_attr("tpf", fig["tpf"])
+        return fig["accuracy"], fig["nfe"]
+
+    return objective
+
+
+def _plain(params: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(params, default=str))
+
+
+def _count_done(study: Any, study_name: Optional[str] = None) -> int:
+    """Finished (complete or pruned) trials of a study, or of ``study_name`` in a storage."""
+    import optuna
+    from optuna.trial import TrialState
+
+    if study_name is not None:
+        study = optuna.load_study(study_name=study_name, storage=study)
+    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+
+
+def run_worker(settings: TuneSettings, storage: Any, study_name: str, n_trials: int, seed: int,
+               worker: int = 0, num_threads: Optional[int] = None, verbose: bool = False,
+               loaded: Any = None) -> int:
+    """Run trials of ``study_name`` until it holds ``n_trials`` finished ones; returns how many ran.
+
+    Module-level so that spawned processes can run it; each opens its own storage connection.
+    """
+    import optuna
+
+    if num_threads:
+        torch.set_num_threads(int(num_threads))
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    loaded, task, config = _load(settings, loaded)
+    store = open_storage(storage)
+    done = _count_done(optuna.load_study(study_name=study_name, storage=store))
+    remaining = n_trials - done
+    if remaining <= 0:
+        return 0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=stable_seed(seed, worker, done) % (2**31), constant_liar=True,
+            n_startup_trials=max(4, n_trials // 3),
+        )
+    study = optuna.load_study(study_name=study_name, storage=store, sampler=sampler)
+    reference = study.user_attrs["reference"]
+    objective = make_objective(settings, loaded, task, config, reference, worker)
+    callbacks: list[Any] = [optuna.study.MaxTrialsCallback(
+        n_trials, states=(optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED))]
+    if verbose:
+        callbacks.append(_print_trial)
+    study.optimize(objective, n_trials=remaining, callbacks=callbacks, gc_after_trial=False)
+    return _count_done(study) - done
+
+
+def _print_trial(study: Any, trial: Any) -> None:
+    if trial.values:
+        text = f"accuracy {trial.values[0]:.3f}  NFE {trial.values[1]:.2f}"
+    else:
+        text = f"{trial.state.name.lower()} ({trial.user_attrs.get('pruned_reason') or trial.user_attrs.get('invalid', '')})"
+    print(f"  trial {trial.number:>3}: {text}  {trial.params}", file=sys.stderr, flush=True)

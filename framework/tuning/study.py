@@ -1,0 +1,320 @@
+"""Optuna tuning of a controller's declared search space: accuracy up, NFE down.
+
+A study has two objectives on the **validation** split of a task: f₁ = exact-match accuracy
+(maximise) and f₂ = mean NFE per sample (minimise). The space is the controller's
+``search_space()`` (every :class:`~framework.core.params.Param` with ``tune=``): a 2-tuple of numbers on
+an ``int``/``float`` parameter is a range (``log=True`` samples it on a log scale), anything else
+is a set of choices. Parameters fixed with ``fixed=`` (``--set``) are taken out of the space.
+
+Storage (``storage=``, ``adec tune --storage``), chosen by the string:
+
+* ``None`` -> SQLite file ``<out_dir>/<study>.db`` (the default; resumable, shareable by workers);
+* ``"memory"`` -> :class:`optuna.storages.InMemoryStorage` (one process, gone at exit);
+* ``"journal:PATH"`` -> :class:`optuna.storages.JournalStorage` over a
+  :class:`~optuna.storages.journal.JournalFileBackend` at PATH (an append-only log; works on NFS
+  and across machines without a database server);
+* ``"redis://..."`` -> a journal on Redis; any other URL (``sqlite:///f.db``,
+  ``postgresql://user:pw@host/db``, ``mysql://...``) -> :class:`optuna.storages.RDBStorage`;
+* an Optuna storage object (``BaseStorage``), used as is (one worker only).
+
+Resumption: the same study name in the same storage continues the study. ``n_trials`` is the
+study's *total* of finished (complete or pruned) trials, so re-running an interrupted command runs
+only the missing ones; trials already done are never re-evaluated (the sampler is re-seeded from
+the number of trials already stored, so it does not re-propose the first run's points). A study
+remembers its setup (controller, task, fixed parameters, decoding options, validation size) and
+refuses to continue with a different one.
+
+Workers: ``workers=N`` runs N processes (this one and N − 1 spawned) that share the storage, each
+calling ``study.optimize`` (Optuna's own recipe for parallel optimisation; no scheduler of ours).
+
+Invalid points (a :class:`~framework.core.params.ParameterError` while building or decoding, e.g.
+LLaDA ``steps`` that is not a multiple of the block count) are pruned with the message kept in
+the trial's ``invalid`` user attribute.
+
+Pruning rule: a trial first decodes the first ``prune_fraction`` of the validation examples; if its
+accuracy there is more than ``prune_margin`` below one-token-per-step (``sequential``) decoding's
+accuracy on the same examples, it is pruned (not on the front, counted as done). Multi-objective
+studies cannot use ``trial.report``, so the trial raises :class:`optuna.TrialPruned` itself.
+
+Choice rule: among complete trials, the fewest mean NFE whose validation accuracy is at least the
+reference's (``sequential`` on the same validation examples) minus ``max_drop`` (ties: higher
+accuracy, then lower trial number). If no trial gets there, the most accurate one is chosen and
+``met_target`` is false. The chosen point is always on the Pareto front. It is exported with
+:func:`framework.engine.controller_io.save_controller` to ``<out_dir>/<study>.yaml``, which
+``--controller tuned:PATH`` loads; its figures and the reference's are then measured on the
+**test** split and reported next to the validation ones.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from framework.core.params import ParameterError
+from framework.engine.config import DecodeConfig
+from framework.engine.controller import CONTROLLERS
+from framework.engine.controller_io import build_controller
+from framework.models.protocol import LoadedModel
+from framework.tuning.front import choose_trial, format_front, pareto_front, plot_front
+from framework.tuning.objective import (
+    REFERENCE,
+    SETUP_KEYS,
+    TuneSettings,
+    _count_done,
+    _figures,
+    _mean,
+    _plain,
+    run_worker,
+    score_examples,
+)
+from framework.tuning.space import default_point, tuned_space
+from framework.tuning.storage import _redact, open_storage, storage_forms
+
+DEFAULT_OUT = Path("runs") / "tune"
+
+
+# ---------------------------------------------------------------------- the whole run
+@dataclass
+class TuneResult:
+    """Outcome of :func:`tune_controller` (figures are dicts: accuracy, nfe, tpf, n)."""
+
+    study_name: str
+    storage: str
+    path: Path
+    plot: Optional[Path]
+    trial: int
+    params: dict
+    met_target: bool
+    validation: dict
+    reference_validation: dict
+    test: dict
+    reference_test: dict
+    front: list = field(default_factory=list)
+    n_trials: int = 0
+    ran: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["path"], d["plot"] = str(self.path), (str(self.plot) if self.plot else None)
+        return d
+
+
+def _safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "study"
+
+
+def tune_controller(
+    controller: str,
+    task: str,
+    *,
+    model: Optional[str] = None,
+    loaded: Optional[LoadedModel] = None,
+    task_params: Optional[dict[str, Any]] = None,
+    n_trials: int = 20,
+    workers: int = 1,
+    storage: Any = None,
+    study_name: Optional[str] = None,
+    out_dir: "str | os.PathLike" = DEFAULT_OUT,
+    n_val: int = 64,
+    n_test: int = 200,
+    batch_size: int = 64,
+    max_drop: float = 0.01,
+    prune_margin: Optional[float] = 0.25,
+    prune_fraction: float = 0.25,
+    fixed: Optional[dict[str, Any]] = None,
+    decode: Optional[dict[str, Any]] = None,
+    seed: int = 0,
+    data_seed: int = 0,
+    device: str = "cpu",
+    plot: bool = True,
+    verbose: bool = True,
+    mp_context: str = "spawn",
+) -> TuneResult:
+    """Tune ``controller`` on ``task`` (see the module docstring for every rule).
+
+    Args:
+        controller: a registered controller name with a declared search space.
+        task: a registered task name (``task_params`` for its size knobs).
+        model: model name or folder (default ``tiny-<task>``); or pass ``loaded`` directly (it is
+            pickled to spawned workers).
+        n_trials: total finished trials the study should hold (resuming counts earlier ones).
+        workers: processes sharing the storage (needs a storage other than ``memory``).
+        storage: storage spec or object (default SQLite ``<out_dir>/<study>.db``).
+        study_name: default ``<controller>-<task>-<model>``.
+        n_val, n_test: validation examples per trial, test examples for the reported figures.
+        max_drop: accuracy the chosen point may lose against sequential decoding (validation).
+        prune_margin: prune a trial whose accuracy on the first ``prune_fraction`` of the
+            validation examples is this far below sequential's there (``None`` = never prune).
+        fixed: controller parameters held fixed (removed from the space).
+        decode: :class:`DecodeConfig` options (default: the task's gen_length / block length).
+        seed: sampler seed (decoding uses ``decode['seed']``, default 0).
+
+    Returns:
+        :class:`TuneResult` with ``path`` the exported YAML (``--controller tuned:PATH``).
+    """
+    import optuna
+
+    from framework.engine.controller_io import save_controller
+    from framework.engine.evaluate import evaluate
+    from framework.tasks.base import get_task
+
+    if n_trials < 1 or workers < 1 or n_val < 1 or n_test < 0:
+        raise ParameterError(f"need n_trials ≥ 1, workers ≥ 1, n_val ≥ 1, n_test ≥ 0; got "
+                             f"{n_trials}, {workers}, {n_val}, {n_test}")
+    if not 0.0 <= max_drop <= 1.0:
+        raise ParameterError(f"--max-drop={max_drop} is out of range; allowed: number in [0, 1]")
+    if not 0.0 < prune_fraction <= 1.0:
+        raise ParameterError(f"--prune-fraction={prune_fraction} is out of range; allowed: (0, 1]")
+    cls = CONTROLLERS.get(controller)
+    fixed = dict(fixed or {})
+    tuned_space(cls, fixed)  # fails early on an empty space
+    task_obj = get_task(task, **(task_params or {}))
+    if loaded is None:
+        from framework.training.zoo import load_model
+
+        model = model or f"tiny-{task_obj.name}"
+        loaded = load_model(model, device=device)
+    model_label = model or loaded.name
+    dec = {"gen_length": task_obj.gen_length, "block_length": task_obj.default_block_length, **(decode or {})}
+    config = DecodeConfig.build(**dec)
+    settings = TuneSettings(
+        controller=controller, task=task_obj.name, task_params=task_obj.get_params(),
+        model=model if (model and workers > 1) else loaded, device=device, fixed=fixed,
+        decode=config.get_params(), n_val=n_val, prune_fraction=prune_fraction,
+        prune_margin=prune_margin, batch_size=batch_size, data_seed=data_seed,
+    )
+    study_name = _safe_name(study_name or f"{controller}-{task_obj.name}-{Path(str(model_label)).name}")
+    out = Path(out_dir)
+    if workers > 1 and (storage is not None and not isinstance(storage, str)
+                        or storage in ("memory", "inmemory", ":memory:")):
+        raise ParameterError(
+            f"--storage {storage!r} cannot be shared by --workers {workers} processes; use a file or "
+            f"server storage ({storage_forms()})")
+    storage_spec = storage if storage is not None else f"sqlite:///{out / (study_name + '.db')}"
+    store = open_storage(storage_spec)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=study_name, storage=store, load_if_exists=True,
+                                directions=["maximize", "minimize"])
+    _check_setup(study, settings, storage_spec)
+
+    val = task_obj.examples("validation", n_val, seed=data_seed)
+    reference = study.user_attrs.get("reference")
+    if reference is None:
+        ref_ctrl = build_controller(REFERENCE)
+        c, n = score_examples(loaded, task_obj, ref_ctrl, config, val, batch_size)
+        reference = {**_figures(c, n, config.gen_length),
+                     "chunk_accuracy": _mean(c[: settings.n_chunk]), "controller": REFERENCE}
+        study.set_user_attr("reference", reference)
+        study.set_user_attr("setup", _plain(settings.setup()))
+        point = default_point(cls, tuned_space(cls, fixed))
+        if point is not None and not study.trials:
+            study.enqueue_trial(point, skip_if_exists=True)
+    if verbose:
+        print(f"study {study_name} in {_redact(str(storage_spec)) if isinstance(storage_spec, str) else 'memory'}: "
+              f"{_count_done(study)} finished trials, target {n_trials}; reference {REFERENCE} on "
+              f"{n_val} validation examples: accuracy {reference['accuracy']:.3f}, NFE {reference['nfe']:.2f}",
+              file=sys.stderr)
+
+    ran = _run_workers(settings, storage_spec, store, study_name, n_trials, seed, workers, verbose, loaded,
+                       mp_context)
+    study = optuna.load_study(study_name=study_name, storage=store)
+    chosen, met = choose_trial(study.trials, reference["accuracy"], max_drop)
+    params = {**fixed, **chosen.params}
+    ctrl = cls.build(**params)
+    front = pareto_front(study)
+    test = evaluate(loaded, task_obj, ctrl, config, split="test", n=n_test, batch_size=batch_size,
+                    data_seed=data_seed).row() if n_test else {}
+    ref_test = evaluate(loaded, task_obj, build_controller(REFERENCE), config, split="test", n=n_test,
+                        batch_size=batch_size, data_seed=data_seed).row() if n_test else {}
+    validation = {"accuracy": chosen.values[0], "nfe": chosen.values[1],
+                  "tpf": chosen.user_attrs.get("tpf"), "n": n_val}
+    plot_path = None
+    if plot:
+        plot_path = plot_front(study, chosen, reference, max_drop, out / f"{study_name}_pareto.png",
+                               title=f"{controller} on {task_obj.name} ({model_label})")
+    path = save_controller(ctrl, out / f"{study_name}.yaml", decode_config=config, extra={
+        "study": study_name, "storage": _redact(storage_spec) if isinstance(storage_spec, str) else "object",
+        "trial": chosen.number, "task": task_obj.name, "model": str(model_label),
+        "rule": f"fewest mean NFE with validation accuracy >= {REFERENCE} - {max_drop:g}",
+        "met_target": met, "validation": validation, "reference_validation": _pick(reference),
+        "test": _pick(test), "reference_test": _pick(ref_test),
+    })
+    result = TuneResult(
+        study_name=study_name, storage=_redact(str(storage_spec)) if isinstance(storage_spec, str) else "object",
+        path=path, plot=plot_path, trial=chosen.number, params=_plain(ctrl.get_params()), met_target=met,
+        validation=validation, reference_validation=_pick(reference), test=_pick(test),
+        reference_test=_pick(ref_test),
+        front=[{"trial": t.number, "accuracy": t.values[0], "nfe": t.values[1], "params": t.params} for t in front],
+        n_trials=_count_done(study), ran=ran,
+    )
+    if verbose:
+        print(report(result, front, chosen, config.gen_length))
+    return result
+
+
+def _pick(fig: dict[str, Any]) -> dict[str, Any]:
+    return {k: fig[k] for k in ("accuracy", "nfe", "tpf", "n") if k in fig}
+
+
+def _check_setup(study: Any, settings: TuneSettings, storage_spec: Any) -> None:
+    old = study.user_attrs.get("setup")
+    if not old:
+        return
+    new = _plain(settings.setup())
+    for key in SETUP_KEYS:
+        if key == "model":
+            continue  # a LoadedModel's label may differ between calls; the rest must agree
+        if old.get(key) != new.get(key):
+            raise ParameterError(
+                f"study {study.study_name!r} was created with {key}={old.get(key)!r}, not {new.get(key)!r}; "
+                f"use another --study-name (or the original settings) to continue it")
+
+
+def _run_workers(settings: TuneSettings, storage_spec: Any, store: Any, study_name: str, n_trials: int,
+                 seed: int, workers: int, verbose: bool, loaded: LoadedModel, mp_context: str) -> int:
+    """One worker runs in this process; ``workers > 1`` spawns that many, each opening the storage."""
+    if workers == 1:
+        return run_worker(settings, store, study_name, n_trials, seed, 0, None, verbose, loaded)
+    import multiprocessing as mp
+
+    ctx = mp.get_context(mp_context)
+    threads = max(1, (os.cpu_count() or 1) // workers)
+    before = _count_done(store, study_name)
+    procs = [ctx.Process(target=run_worker, name=f"adec-tune-{i}",
+                         args=(settings, storage_spec, study_name, n_trials, seed, i, threads, verbose))
+             for i in range(workers)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    bad = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode != 0]
+    if bad:
+        raise RuntimeError(f"tuning worker(s) failed: {', '.join(bad)}; the study keeps what they finished")
+    return _count_done(store, study_name) - before
+
+
+def report(result: TuneResult, front: Sequence[Any], chosen: Any, gen_length: int) -> str:
+    """The printed summary: the front, the choice, validation and test figures side by side."""
+    rv, v, rt, t = result.reference_validation, result.validation, result.reference_test, result.test
+    rows = [("sequential (reference)", rv, rt), (f"chosen (trial {result.trial})", v, t)]
+    lines = [f"Pareto front of {result.study_name} ({result.n_trials} finished trials):",
+             format_front(front, chosen, gen_length), "",
+             f"{'':26}{'val acc':>8} {'val NFE':>8} {'val t/f':>8} | {'test acc':>8} {'test NFE':>8} {'test t/f':>8}"]
+    for label, a, b in rows:
+        lines.append(f"{label:<26}{_f(a, 'accuracy'):>8} {_f(a, 'nfe'):>8} {_f(a, 'tpf'):>8} | "
+                     f"{_f(b, 'accuracy'):>8} {_f(b, 'nfe'):>8} {_f(b, 'tpf'):>8}")
+    lines.append("" if result.met_target else
+                 "note: no trial reached the target accuracy; the most accurate trial was exported")
+    lines.append(f"exported: {result.path}  (use --controller tuned:{result.path})")
+    if result.plot:
+        lines.append(f"plot: {result.plot}")
+    return "\n".join(lines)
+
+
+def _f(d: dict[str, Any], key: str) -> str:
+    v = d.get(key)
+    return "-" if v is None else f"{v:.3f}" if key == "accuracy" else f"{v:.2f}"

@@ -1,0 +1,105 @@
+"""The registry's three errors, lazy and entry-point plugins, and parameter validation."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+import pytest
+
+from framework.core.params import (
+    Param,
+    ParameterError,
+    coerce_literal,
+    parse_assignments,
+)
+from framework.core.registry import Registry, RegistryError, UnknownNameError
+from framework.engine.controller import CONTROLLERS, Controller
+from framework.engine.controller_io import build_controller
+
+
+class Base:
+    pass
+
+
+class Good(Base):
+    pass
+
+
+class Other:
+    pass
+
+
+def test_duplicate_wrong_type_and_unknown_errors():
+    reg = Registry("widget", base=Base)
+    reg.add("good", Good, aliases=("g",))
+    with pytest.raises(RegistryError, match="widget name 'good' is already registered"):
+        reg.add("good", type("Good2", (Base,), {}))
+    with pytest.raises(TypeError, match="is not a subclass of"):
+        reg.add("other", Other)
+    with pytest.raises(UnknownNameError, match=r"unknown widget 'godo'; did you mean 'good'\? Known widgets: good"):
+        reg.get("godo")
+    assert reg.get("g") is Good
+
+
+def test_lazy_string_entries_import_on_first_use():
+    reg = Registry("controller", base=Controller)
+    reg.add("seq", "controllers.baselines:Sequential")
+    assert reg.get("seq").__name__ == "Sequential"
+    reg.add("bad", "controllers.baselines:Sequential.nope")
+    with pytest.raises(AttributeError):
+        reg.get("bad")
+
+
+def test_entry_point_plugins_are_found(monkeypatch):
+    ep = metadata.EntryPoint(name="their_ctrl", value="controllers.baselines:FastDLLM",
+                             group="adaptive_decoding.controllers")
+
+    def fake_entry_points(group=None, **kw):
+        return [ep] if group == "adaptive_decoding.controllers" else []
+
+    monkeypatch.setattr(metadata, "entry_points", fake_entry_points)
+    reg = Registry("controller", base=Controller, entry_point_group="adaptive_decoding.controllers",
+                   builtin_modules=("controllers",))
+    assert "their_ctrl" in reg.names()
+    assert reg.get("their_ctrl")(threshold=0.5).threshold == 0.5
+
+
+def test_builtins_registered_with_kinds():
+    names = CONTROLLERS.names()
+    for n in ("sequential", "llada", "llada_random", "dream_confidence", "dream_margin", "dream_entropy",
+              "fast_dllm", "eb"):
+        assert n in names
+    assert CONTROLLERS.get("fast_dllm").kind == "baseline"
+    assert CONTROLLERS.get("sequential").kind == "reference"
+
+
+def test_param_messages_name_parameter_value_and_range():
+    p = Param(float, low=0.0, high=1.0)
+    with pytest.raises(ParameterError, match=r"^m\.eta=1.5 is out of range; allowed: number in \[0, 1\]$"):
+        p.check("m", "eta", 1.5)
+    with pytest.raises(ParameterError, match=r"k=0 is out of range; allowed: integer in \[1, inf\)"):
+        Param(int, low=1).check("", "k", 0)
+    with pytest.raises(ParameterError, match=r"k=2.5 is not an integer"):
+        Param(int, low=1).check("", "k", 2.5)
+    with pytest.raises(ParameterError, match="one of 'a', 'b'"):
+        Param(str, choices=("a", "b")).check("", "mode", "c")
+    assert Param(int, low=1).check("", "k", "3") == 3
+
+
+def test_unknown_parameter_lists_known_ones():
+    with pytest.raises(ParameterError, match="fast_dllm has no parameter 'treshold'; known: threshold"):
+        build_controller("fast_dllm", treshold=0.5)
+
+
+def test_get_params_round_trip():
+    c = build_controller("llada", steps=16, remasking="random")
+    assert c.get_params() == {"steps": 16, "remasking": "random", "confidence_eos_inf": False}
+    assert type(c)(**c.get_params()) == c
+
+
+def test_set_literals():
+    assert parse_assignments(["a=1", "b=0.5", "c=true", "d=null", "e=text", "f=[1, 2]"]) == {
+        "a": 1, "b": 0.5, "c": True, "d": None, "e": "text", "f": [1, 2]}
+    assert coerce_literal("1e-3") == 1e-3
+    with pytest.raises(ParameterError, match="--set expects key=value"):
+        parse_assignments(["novalue"])

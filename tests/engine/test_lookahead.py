@@ -1,0 +1,340 @@
+"""Adaptive lookahead in the loop: it beats greedy where greedy provably loses, counts every rollout
+forward, respects the budget, falls back when a plug-in raises; the guards of the technique."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from framework.core.params import ParameterError
+from framework.engine.config import DecodeConfig
+from framework.engine.controller import Controller, Decision, DecodeState
+from framework.engine.controller_io import build_controller
+from framework.engine.lookahead import Lookahead
+from framework.engine.loop import decode
+from framework.engine.scorer import Scorer
+from framework.engine.selection import select_topk
+from framework.testing.toys import CharTokenizer, JointDenoiser, ToyDenoiser
+
+# a, b, c, x, y, z, e = 0..6; V = 10 (pad 7, eos 8, mask 9). Position 2 is always e.
+# p(first): a .42, b .37, c .21; p(second): x .42, z .37, y .21 (margins .05, tied).
+# Greedy commits a (or x) first, after which the other is a coin flip: joint 0.21.
+# The joint mode (b, z, e) has 0.37.
+GARDEN = dict(answers=[[0, 3, 6], [0, 4, 6], [2, 3, 6], [1, 5, 6]], weights=[0.21, 0.21, 0.21, 0.37],
+              vocab_size=10, prompt_length=1)
+PROMPT = [7]
+
+
+def garden():
+    return JointDenoiser(**GARDEN)
+
+
+def ladder():
+    """margin top-k commits the confident position, keeps k=3 at the coupled ones; depth from the ladder."""
+    return build_controller("confidence_ladder", base={"name": "margin_topk", "params": {"eta": 0.3, "k": 3}})
+
+
+class Branchy(Controller):
+    """Test controller: commit the most confident eligible position unless some margin < 0.3,
+    then commit nothing and ask for k=3 candidates at depth 2 everywhere uncertain."""
+
+    params: dict = {}
+
+    def __init__(self) -> None:
+        pass
+
+    def decide(self, f, state):
+        uncertain = f.eligible & (f.margin < 0.3)
+        commit = select_topk(f.confidence, f.eligible & ~uncertain, 1)
+        k = torch.where(uncertain, 3, 1)
+        depth = torch.where(uncertain.any(1), 2, 0)
+        return Decision(commit=commit, k=k, depth=depth)
+
+
+def test_lookahead_picks_the_joint_mode_where_greedy_provably_loses():
+    cfg = DecodeConfig(gen_length=3)
+    for name in ("sequential", "fast_dllm", "margin_topk"):
+        m = garden()
+        plain = decode(m, [PROMPT], build_controller(name), cfg)
+        assert m.joint(plain.generated).item() == pytest.approx(0.21), name  # greedy: every path has 0.21
+    m = garden()
+    plain = decode(m, [PROMPT], ladder(), cfg)
+    assert m.joint(plain.generated).item() == pytest.approx(0.21)
+    res = decode(m, [PROMPT], ladder(), cfg, lookahead=Lookahead(scorer="logprob", width=3))
+    assert res.generated.tolist() == [[1, 5, 6]]  # b z e, the joint mode
+    assert m.joint(res.generated).item() == pytest.approx(0.37)
+    # step 1: 3 candidates at the first position, each finishes its block in one rollout forward
+    assert res.lookahead_nfe.tolist() == [3] and res.nfe.tolist() == [2 + 3]
+    assert res.fallbacks.tolist() == [0]
+
+
+def test_nfe_counts_every_rollout_forward_exactly():
+    m = garden()
+    prompts = [PROMPT] * 3
+    res = decode(m, prompts, Branchy(), DecodeConfig(gen_length=3, lookahead_budget=64),
+                 lookahead=Lookahead(scorer="logprob", width=3, rollout="sequential", complete=False))
+    assert res.lookahead_nfe.min() > 0
+    assert int(res.nfe.sum()) == m.rows_seen  # every row of every forward, rollouts included
+    assert torch.equal(res.nfe, res.steps + res.lookahead_nfe)
+
+
+def test_batch_of_samples_equals_single_runs():
+    cfg = DecodeConfig(gen_length=3)
+    la = Lookahead(scorer="logprob", width=3)
+    batch = decode(garden(), [PROMPT, PROMPT], ladder(), cfg, lookahead=la)
+    single = decode(garden(), [PROMPT], ladder(), cfg, lookahead=la)
+    assert batch.generated.tolist() == single.generated.tolist() * 2
+    assert batch.nfe.tolist() == single.nfe.tolist() * 2
+
+
+@pytest.mark.parametrize("budget, expected_extra", [(0, 0), (1, 0), (2, 2), (3, 3), (64, 3)])
+def test_budget_caps_extra_nfe_per_sample(budget, expected_extra):
+    m = garden()
+    res = decode(m, [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3, lookahead_budget=budget),
+                 lookahead=Lookahead(scorer="logprob", width=3))
+    assert res.lookahead_nfe.tolist() == [expected_extra] * 2
+    assert int(res.nfe.sum()) == m.rows_seen
+    if budget < 2:  # too little for two candidates: plain decoding
+        plain = decode(garden(), [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3))
+        assert res.generated.tolist() == plain.generated.tolist()
+    if budget == 2:  # two candidates (a, b) of depth 1: b still wins
+        assert res.generated.tolist() == [[1, 5, 6]] * 2
+
+
+def test_depth_is_bounded_by_budget_over_width():
+    la = Lookahead(scorer="logprob", width=3, rollout="sequential", complete=False)
+    m = JointDenoiser([[0, 3, 6, 6, 6, 6], [1, 5, 6, 6, 6, 6]], [0.5, 0.5], vocab_size=10)
+    ctrl = Branchy()
+    res = decode(m, [PROMPT], ctrl, DecodeConfig(gen_length=6, lookahead_budget=7), lookahead=la)
+    assert int(res.lookahead_nfe) <= 7
+    assert int(res.nfe.sum()) == m.rows_seen
+
+
+class Exploding(Scorer):
+    """A scorer that always raises."""
+
+    params: dict = {}
+
+    def __init__(self) -> None:
+        pass
+
+    def _score(self, c, ctx):
+        raise RuntimeError("scorer exploded")
+
+
+def test_fallback_keeps_decoding_when_the_scorer_raises(caplog):
+    m = garden()
+    with caplog.at_level(logging.WARNING, logger="framework.engine.lookahead"):
+        res = decode(m, [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3),
+                     lookahead=Lookahead(scorer=Exploding(), width=3))
+    plain = decode(garden(), [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3))
+    assert res.generated.tolist() == plain.generated.tolist()  # the controller's own decision, nothing lost
+    assert (res.fallbacks > 0).all()
+    assert "scorer exploded" in caplog.text and "fall back" in caplog.text
+    assert res.lookahead_nfe.tolist() == [3, 3]  # forwards spent before the failure still count
+    assert int(res.nfe.sum()) == m.rows_seen
+
+
+class RaisesInRollouts(Branchy):
+    """Decides like Branchy for the loop (one row) and raises inside rollouts (several rows)."""
+
+    def decide(self, f, state):
+        if f.batch_size > 1:
+            raise RuntimeError("controller exploded")
+        return super().decide(f, state)
+
+
+def test_fallback_keeps_decoding_when_the_rollout_controller_raises(caplog):
+    cfg = DecodeConfig(gen_length=3)
+    ok = decode(garden(), [PROMPT], Branchy(), cfg, lookahead=Lookahead(scorer="logprob", width=3, rollout="controller"))
+    assert ok.generated.tolist() == [[1, 5, 6]] and ok.fallbacks.tolist() == [0]
+    m = garden()
+    with caplog.at_level(logging.WARNING, logger="framework.engine.lookahead"):
+        res = decode(m, [PROMPT], RaisesInRollouts(), cfg,
+                     lookahead=Lookahead(scorer="logprob", width=3, rollout="controller"))
+    plain = decode(garden(), [PROMPT], Branchy(), cfg)
+    assert res.generated.tolist() == plain.generated.tolist()
+    assert int(res.fallbacks[0]) >= 1 and "controller exploded" in caplog.text
+    assert int(res.nfe.sum()) == m.rows_seen
+
+
+def test_rollouts_never_touch_the_controllers_memory():
+    ctrl = build_controller("margin_topk", adapt=True, k=3)
+    f_model = garden()
+    state = DecodeState(config=DecodeConfig(gen_length=3), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=9)
+    ctrl.reset(state)
+    x = torch.tensor([[7, 9, 9, 9]])
+    from framework.engine.features import compute_features
+
+    logits = f_model(x)
+    rel = torch.arange(4)[None] - 1
+    masked = x == 9
+    f = compute_features(logits, eligible=masked, masked=masked, rel=rel, gen_length=3,
+                         block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), 3),
+                         block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), 3),
+                         step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    d = ctrl.decide(f, state)
+    before = {k: v.clone() for k, v in state.memory.items()}
+    d.depth = torch.tensor([2])
+    la = Lookahead(scorer="logprob", width=3, rollout="controller")
+    out = la.refine(f_model, x, torch.ones_like(x), f, d, d.commit, f.x0, state, torch.tensor([64]), controller=ctrl)
+    assert out.extra_nfe.item() > 0 and not out.fallback.any()
+    assert all(torch.equal(before[k], state.memory[k]) for k in before)
+
+
+def test_candidate_set_design_top_alternatives_joint_and_capped():
+    m = garden()
+    x = torch.tensor([[7, 9, 9, 9]])
+    from framework.engine.features import compute_features
+
+    f = compute_features(m(x), eligible=x == 9, masked=x == 9, rel=torch.arange(4)[None] - 1, gen_length=3,
+                         block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), 3),
+                         block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), 3),
+                         step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    commit = torch.tensor([[False, False, False, True]])
+    k = torch.tensor([[1, 3, 3, 1]])
+    d = Decision(commit=commit, k=k, depth=torch.tensor([1]))
+    p1 = Lookahead(width=3, positions=1).plan(f, d, commit, torch.tensor([64]))
+    assert p1.branch_pos.tolist() == [[1]]  # tied margins: the lower position
+    assert p1.cand_tokens.tolist() == [[[0], [1], [2]]]  # a, b, c by probability
+    p2 = Lookahead(width=4, positions=2).plan(f, d, commit, torch.tensor([64]))
+    assert p2.branch_pos.tolist() == [[1, 2]]
+    # joint assignments ranked by summed log-probability: (a,x) first, then (a,z) / (b,x), then (b,z)
+    assert p2.cand_tokens.tolist()[0][0] == [0, 3]
+    assert sorted(map(tuple, p2.cand_tokens.tolist()[0][1:3])) == [(0, 5), (1, 3)]
+    assert p2.cand_tokens.tolist()[0][3] == [1, 5]
+    # k = 2 at one position caps its alternatives
+    d2 = Decision(commit=commit, k=torch.tensor([[1, 2, 3, 1]]), depth=torch.tensor([1]))
+    p3 = Lookahead(width=9, positions=2).plan(f, d2, commit, torch.tensor([64]))
+    assert int(p3.cand_ok.sum()) == 6
+    assert Lookahead(width=3).plan(f, Decision(commit=commit, k=torch.ones_like(k), depth=torch.tensor([1])),
+                                   commit, torch.tensor([64])) is None  # nothing uncertain: no lookahead
+
+
+def test_two_branch_positions_find_the_joint_mode_through_pseudo_likelihood():
+    m = garden()
+    res = decode(m, [PROMPT], ladder(), DecodeConfig(gen_length=3),
+                 lookahead=Lookahead(scorer="logprob", width=9, positions=2))
+    assert res.generated.tolist() == [[1, 5, 6]]
+    # 9 joint candidates × 2 verification forwards; nothing is left to roll out
+    assert res.lookahead_nfe.tolist() == [18] and int(res.nfe.sum()) == m.rows_seen
+    # without verification the branch tokens keep their marginals: (a, x) wins the product 0.42²
+    res2 = decode(garden(), [PROMPT], ladder(), DecodeConfig(gen_length=3),
+                  lookahead=Lookahead(scorer="logprob", width=9, positions=2, verify=False))
+    assert res2.generated.tolist() == [[0, 3, 6]]
+
+
+def test_lookahead_parameters_validate():
+    with pytest.raises(ParameterError, match="Lookahead.width=0 is out of range"):
+        Lookahead.build(width=0)
+    with pytest.raises(ParameterError, match="rollout='beam'"):
+        Lookahead.build(rollout="beam")
+    la = Lookahead.build(scorer="logprob:0.5,repetition:1", width=2)
+    assert la.get_scorer().display_name() == "hybrid"
+
+
+# ---------------------------------------------------------------------- guards
+DIGITS = list(range(10))  # toy vocabulary: ids 0-9 are digits, 10-12 letters
+
+
+def test_number_guard_commits_one_position_per_number_left_to_right():
+    # answer 2 5 6 x 1 2 (x = 11 is not a digit), all confident: fast_dllm commits all at once
+    m = ToyDenoiser(answer=[2, 5, 6, 11, 1, 2], conf=[0.99] * 6, vocab_size=16)
+    cfg = DecodeConfig(gen_length=6)
+    plain = decode(m, [[12, 12]], build_controller("fast_dllm"), cfg)
+    assert plain.nfe.tolist() == [1]
+    guard = build_controller("number_guard", inner="fast_dllm", digit_ids=DIGITS)
+    res = decode(m, [[12, 12]], guard, cfg, trace=True)
+    assert res.generated.tolist() == [[2, 5, 6, 11, 1, 2]]
+    # step 1: leftmost of each number + the letter; then one digit per number per step
+    assert [int(r["commits"][0]) for r in res.trace] == [3, 2, 1]
+    assert res.nfe.tolist() == [3]
+
+
+def test_number_guard_by_confidence_and_by_meta_spans():
+    m = ToyDenoiser(answer=[2, 5, 6, 11], conf=[0.95, 0.99, 0.97, 0.99], vocab_size=16)
+    cfg = DecodeConfig(gen_length=4)
+    guard = build_controller("number_guard", inner="fast_dllm", digit_ids=DIGITS, order="confidence")
+    res = decode(m, [[12, 12]], guard, cfg, trace=True)
+    assert [int(r["commits"][0]) for r in res.trace] == [2, 1, 1]
+    span = torch.tensor([[False, False, True, True]])  # the task marks positions 2-3 only
+    meta_guard = build_controller("number_guard", inner="fast_dllm", rule="meta")
+    res2 = decode(m, [[12, 12]], meta_guard, cfg, trace=True, extras={"span_mask": span})
+    assert [int(r["commits"][0]) for r in res2.trace] == [3, 1]
+
+
+def test_number_guard_finds_digits_through_the_tokenizer():
+    tok = CharTokenizer(alphabet="abcdefgh0123")
+    assert tok.vocab_size == 15
+    m = ToyDenoiser(answer=tok.encode("a012"), conf=[0.99] * 4, vocab_size=tok.vocab_size)
+    guard = build_controller("number_guard", inner="fast_dllm")
+    res = decode(m, [tok.encode("bb")], guard, DecodeConfig(gen_length=4), trace=True, extras={"tokenizer": tok})
+    assert [int(r["commits"][0]) for r in res.trace] == [2, 1, 1]
+    with pytest.warns(UserWarning, match="marks no positions"):
+        decode(m, [tok.encode("bb")], build_controller("number_guard", inner="fast_dllm"), DecodeConfig(gen_length=4))
+
+
+def test_compliance_penalty_enters_the_entropy_of_entropy_topk():
+    tok = CharTokenizer()
+    text = "the cheapest pc"
+    m = ToyDenoiser(answer=tok.encode(text), conf=[0.995] * len(text), vocab_size=tok.vocab_size)
+    cfg = DecodeConfig(gen_length=len(text))
+    prompt = [tok.encode("ab")]
+    inner = build_controller("entropy_topk")
+    d_plain = decode(m, prompt, inner, cfg, trace=True)
+    assert int(d_plain.trace[0]["commits"][0]) == len(text)  # every position is confident
+    ce = build_controller("compliance_entropy", inner="entropy_topk", weight=2.0)
+    res = decode(m, prompt, ce, cfg, trace=True, extras={"tokenizer": tok})
+    banned = len("the cheapest")  # "the cheapest" is penalised, " pc" is not
+    assert int(res.trace[0]["commits"][0]) == len(text) - banned
+    assert int(res.trace[0]["penalised"][0]) == banned
+    with pytest.raises(ParameterError, match="compliance_entropy.compliance"):
+        build_controller("compliance_entropy", compliance={"numbers": "sometimes"})
+    with pytest.raises(ParameterError, match="compliance_entropy.inner"):
+        build_controller("compliance_entropy", inner="no_such_controller")
+
+
+def test_cli_scorer_option_builds_the_lookahead():
+    from framework.cli.main import build_parser
+    from framework.cli.options import build_lookahead
+
+    args = build_parser().parse_args(["decode", "--prompt", "1+2=", "--controller", "confidence_ladder",
+                                      "--scorer", "logprob:0.7,repetition:1", "--lookahead", "width=2",
+                                      "--lookahead", "rollout=sequential"])
+    tok = CharTokenizer()
+    la = build_lookahead(args, tokenizer=tok)
+    assert (la.width, la.rollout) == (2, "sequential") and la.context.tokenizer is tok
+    assert [c["name"] for c in la.get_scorer().get_components()] == ["logprob", "repetition"]
+    assert build_lookahead(build_parser().parse_args(["decode", "--prompt", "x"])) is None
+    with pytest.raises(ParameterError, match="weight -2"):
+        build_lookahead(build_parser().parse_args(["decode", "--scorer", "logprob:-2"]))
+    with pytest.raises(ParameterError, match="Lookahead has no parameter 'wdth'"):
+        build_lookahead(build_parser().parse_args(["decode", "--scorer", "logprob", "--lookahead", "wdth=2"]))
+    with pytest.raises(ParameterError, match="without --scorer"):
+        build_lookahead(build_parser().parse_args(["decode", "--lookahead", "width=2"]))
+
+
+def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
+    from framework.engine.lookahead import lookahead_sweep
+    from framework.models.protocol import LoadedModel
+    from framework.models.tiny import TinyConfig, TinyDenoiser
+    from framework.tasks.base import get_task
+
+    task = get_task("pairs")
+    tok = task.tokenizer
+    torch.manual_seed(0)
+    den = TinyDenoiser(TinyConfig(vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id,
+                                  pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
+                                  max_len=task.canvas_length, d_model=16, n_layers=1, n_heads=2, d_ff=32)).eval()
+    loaded = LoadedModel(denoiser=den, tokenizer=tok, name="untrained", task="pairs")
+    cfg = DecodeConfig(gen_length=task.gen_length, lookahead_budget=6)
+    rows = lookahead_sweep(loaded, task, ladder(), cfg, scorer="logprob:1,repetition:1", widths=(2,), depths=(1, 3),
+                           n=6, batch_size=4)
+    assert [(r["width"], r["depth"]) for r in rows] == [(0, 0), (2, 1), (2, 3)]
+    assert rows[0]["lookahead_nfe"] == 0 and rows[0]["fallbacks"] == 0
+    for r in rows[1:]:
+        assert 0 < r["lookahead_nfe"] <= 6  # an untrained model is uncertain everywhere; the budget caps it
+        assert r["nfe"] > r["lookahead_nfe"]
+    assert all(0.0 <= r["valid_slots"] <= 1.0 and 0.0 <= r["incoherent_slots"] <= 1.0 for r in rows)

@@ -1,0 +1,223 @@
+"""Declarative experiments: validation naming YAML paths, end-to-end runs, resume without recomputing."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import yaml
+
+import experiments.runner as E
+from experiments.parse import load_experiment, parse_experiment
+from experiments.runner import run_experiment
+from experiments.spec import ExperimentError, _controller_kind
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def addition_g() -> int:
+    from framework.tasks.base import get_task
+
+    return get_task("addition").gen_length
+TINY = {"factory": "experiments.cells:tiny_model",
+        "kwargs": {"task": "{task}", "size": "tiny", "train_steps": 30, "seed": 0}}
+
+
+def two_strategy(name: str = "two", **extra) -> dict:
+    doc = {"name": name, "model": TINY, "n": 8, "batch_size": 8, "seeds": [0], "metrics": ["exact_match"],
+           "tasks": ["addition"],
+           "strategies": [{"label": "sequential", "controller": "sequential"},
+                          {"label": "fast", "controller": "fast_dllm", "params": {"threshold": 0.6}}]}
+    doc.update(extra)
+    return doc
+
+
+def write(tmp_path: Path, doc: dict) -> Path:
+    p = tmp_path / f"{doc['name']}.yaml"
+    p.write_text(yaml.safe_dump(doc, sort_keys=False, allow_unicode=True))
+    return p
+
+
+class Counter:
+    """Wraps evaluate_cell: counts evaluations and can raise inside the k-th (a simulated kill)."""
+
+    def __init__(self, fail_on: int | None = None) -> None:
+        self.calls: list[str] = []
+        self.fail_on = fail_on
+        self.real = E.evaluate_cell
+
+    def __call__(self, cell, *args, **kwargs):
+        self.calls.append(cell.id)
+        if self.fail_on is not None and len(self.calls) == self.fail_on:
+            raise KeyboardInterrupt("killed inside cell %d" % self.fail_on)
+        return self.real(cell, *args, **kwargs)
+
+
+# ---------------------------------------------------------------------- validation
+def test_validation_reports_every_problem_with_its_yaml_path():
+    doc = two_strategy(
+        strategy="oops", seeds=[0, -1],
+        strategies=[{"controller": "sequential"},
+                    {"controller": "fast_dllm", "params": {"treshold": 0.5}},
+                    {"controller": "margin_topk", "params": {"eta": 1.5}},
+                    {"controller": "margn_topk"},
+                    {"controller": "fast_dllm", "kind": "magic", "decode": {"block_lenght": 2}}])
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(doc, source="bad.yaml")
+    msg = str(info.value)
+    paths = [p for p, _ in info.value.problems]
+    assert "strategy" in paths and "seeds[1]" in paths
+    assert "strategies[1].params.treshold" in paths and "did you mean 'threshold'" in msg
+    assert "strategies[2].params.eta" in paths and "allowed: number in [0, 1]" in msg
+    assert "strategies[3].controller" in paths and "did you mean 'margin_topk'" in msg and "sequential" in msg
+    assert "strategies[4].kind" in paths and "reference, baseline, heuristic, tuned, learned, oracle" in msg
+    assert "strategies[4].decode.block_lenght" in paths
+    assert msg.startswith("bad.yaml: 7 problems")
+
+
+def test_validation_checks_per_task_combinations():
+    doc = two_strategy(strategies=[{"controller": "fast_dllm", "decode": {"block_length": 3}}])
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(doc)
+    (path, msg), = info.value.problems
+    assert path == "strategies[0].decode"
+    assert f"block_length=3 does not divide gen_length={addition_g()}" in msg and "task addition" in msg
+
+
+def test_quality_must_be_accuracy_or_one_of_the_tasks_metrics():
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(two_strategy(tasks=[{"name": "addition", "quality": "bleu"}]))
+    (path, msg), = info.value.problems
+    assert path == "tasks[0].quality" and "exact_match" in msg
+    exp = parse_experiment(two_strategy(tasks=[{"name": "addition", "quality": "exact_match"}]))
+    assert exp.tasks[0].quality == "exact_match"
+
+
+def test_missing_tuned_file_is_an_error_or_a_skip_with_its_prepare_command(tmp_path, capsys):
+    strat = {"controller": "tuned:" + str(tmp_path / "{task}.yaml"), "label": "tuned",
+             "prepare": "adec tune --controller margin_topk --task {task}"}
+    doc = two_strategy(strategies=[{"controller": "sequential"}, strat])
+    with pytest.raises(ExperimentError, match="prepare it with: adec tune --controller margin_topk --task addition"):
+        parse_experiment(doc)
+    exp = parse_experiment({**doc, "on_missing": "skip"})
+    assert [c.strategy.label for c in exp.cells()] == ["sequential"]
+    assert "skipping strategies[1]" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["smoke", "benchmark", "llada_multigpu"])
+def test_shipped_experiments_validate(name, tmp_path):
+    overrides = {"on_missing": "skip"}
+    if name == "llada_multigpu":  # the real checkpoint is not in this machine's cache: a folder stands in
+        overrides["model"] = {"factory": "experiments.cells:tiny_model", "kwargs": {"task": "{task}"}}
+    exp = load_experiment(ROOT / "experiments" / "configs" / f"{name}.yaml", overrides=overrides)
+    kinds = {c.kind for c in exp.cells()}
+    if name == "benchmark":
+        assert {"reference", "baseline", "heuristic", "oracle"} <= kinds
+        assert any(c.lookahead for c in exp.cells()) and any(not c.lookahead for c in exp.cells())
+        assert {"tuned", "learned"} <= {s.kind or _controller_kind(s.controller) for s in exp.strategies}
+
+
+# ---------------------------------------------------------------------- running and resuming
+def test_runs_end_to_end_resumes_after_a_kill_and_never_recomputes(tmp_path, monkeypatch):
+    path = write(tmp_path, two_strategy())
+    out = tmp_path / "runs"
+    killer = Counter(fail_on=2)
+    monkeypatch.setattr(E, "evaluate_cell", killer)
+    with pytest.raises(KeyboardInterrupt):
+        run_experiment(path, out, wandb_mode="disabled", progress=False)
+    run_dir = out / "two"
+    first, second = [c.id for c in load_experiment(path).cells()]
+    assert killer.calls == [first, second]
+    assert (run_dir / "cells" / first / "summary.json").is_file()
+    assert not (run_dir / "cells" / second).exists() or not (run_dir / "cells" / second / "summary.json").exists()
+    assert len(json.loads((run_dir / "summary.json").read_text())) == 1  # the finished cell is not lost
+
+    again = Counter()
+    monkeypatch.setattr(E, "evaluate_cell", again)
+    res = run_experiment(path, out, wandb_mode="disabled", progress=False, resume=True)
+    assert again.calls == [second] and res.reused == [first] and res.evaluated == [second]
+
+    third = Counter()
+    monkeypatch.setattr(E, "evaluate_cell", third)
+    res = run_experiment(path, out, wandb_mode="disabled", progress=False)
+    assert third.calls == [] and len(res.rows) == 2
+
+    for row in res.rows:  # the summary matches the per-sample file
+        samples = [json.loads(x) for x in (run_dir / "cells" / row["cell"] / "samples.jsonl").read_text().splitlines()]
+        assert len(samples) == row["n"] == 8
+        assert row["accuracy"] == pytest.approx(sum(s["correct"] for s in samples) / len(samples))
+        assert row["nfe"] == pytest.approx(sum(s["nfe"] for s in samples) / len(samples))
+        assert row["tpf"] == pytest.approx(sum(addition_g() / s["nfe"] for s in samples) / len(samples))
+        assert row["metrics"]["exact_match"] == pytest.approx(
+            sum(s["metrics"]["exact_match"] for s in samples) / len(samples))
+    seq, fast = res.rows
+    assert seq["kind"] == "reference" and seq["nfe"] == addition_g() and fast["kind"] == "baseline"
+    assert fast["nfe"] <= seq["nfe"]
+    assert (run_dir / "summary.md").read_text().count("| addition |") == 2
+    assert (run_dir / "summary.csv").read_text().splitlines()[0].startswith("task,strategy,kind")
+    env = json.loads((run_dir / "environment.json").read_text())
+    assert env["cores"] and env["torch"]
+
+
+def test_a_metric_added_later_is_computed_from_the_stored_samples(tmp_path, monkeypatch):
+    out = tmp_path / "runs"
+    run_experiment(write(tmp_path, two_strategy("m")), out, wandb_mode="disabled", progress=False)
+    counter = Counter()
+    monkeypatch.setattr(E, "evaluate_cell", counter)
+    res = run_experiment(write(tmp_path, two_strategy("m", metrics=["exact_match", "rouge_l"])), out,
+                         wandb_mode="disabled", progress=False)
+    assert counter.calls == []
+    for row in res.rows:
+        samples = [json.loads(x) for x in (out / "m" / "cells" / row["cell"] / "samples.jsonl").read_text().splitlines()]
+        assert row["metrics"]["rouge_l"] == pytest.approx(sum(s["metrics"]["rouge_l"] for s in samples) / len(samples))
+
+
+def test_an_edited_strategy_is_a_new_cell(tmp_path, monkeypatch):
+    out = tmp_path / "runs"
+    run_experiment(write(tmp_path, two_strategy("e")), out, wandb_mode="disabled", progress=False)
+    doc = two_strategy("e")
+    doc["strategies"][1]["params"]["threshold"] = 0.8
+    counter = Counter()
+    monkeypatch.setattr(E, "evaluate_cell", counter)
+    res = run_experiment(write(tmp_path, doc), out, wandb_mode="disabled", progress=False)
+    assert len(counter.calls) == 1 and "fast" in counter.calls[0] and len(res.rows) == 2
+
+
+def test_wandb_gets_the_config_and_one_log_per_cell(tmp_path, monkeypatch):
+    calls: dict = {"log": []}
+
+    class Run:
+        def log(self, data):
+            calls["log"].append(data)
+
+        def finish(self):
+            calls["finished"] = True
+
+    fake = types.ModuleType("wandb")
+    fake.init = lambda **kw: calls.update(init=kw) or Run()
+    fake.Table = lambda columns, data: {"columns": columns, "data": data}
+    monkeypatch.setitem(sys.modules, "wandb", fake)
+    doc = two_strategy("w")
+    run_experiment(write(tmp_path, doc), tmp_path / "runs", wandb_mode="offline", progress=False)
+    assert calls["init"]["mode"] == "offline" and calls["init"]["config"]["experiment"]["name"] == "w"
+    assert calls["init"]["config"]["experiment"]["strategies"] == doc["strategies"]
+    assert sum("cells_done" in d for d in calls["log"]) == 2 and calls["finished"]
+    assert len(calls["log"][-1]["summary"]["data"]) == 2
+
+
+def test_cli_run_check_and_errors(tmp_path, capsys):
+    from framework.cli.main import main
+
+    path = write(tmp_path, two_strategy("cli"))
+    assert main(["run", str(path), "--check"]) == 0
+    assert "2 cells" in capsys.readouterr().out
+    assert main(["run", str(path), "--out", str(tmp_path / "r"), "--wandb", "disabled", "--no-progress",
+                 "--max-cells", "1"]) == 0
+    assert "1 cells evaluated" in capsys.readouterr().err
+    bad = write(tmp_path, two_strategy("bad", strategies=[{"controller": "margin_topk", "params": {"eta": 2}}]))
+    assert main(["run", str(bad)]) == 2
+    assert "strategies[0].params.eta" in capsys.readouterr().err
+    assert main(["run", str(path), "--out", str(tmp_path / "nowhere"), "--resume"]) == 2

@@ -1,0 +1,75 @@
+"""The scorer conformance suite over every registered scorer (built-in and entry-point ones)."""
+
+from __future__ import annotations
+
+import pytest
+
+from framework.engine.scorer import SCORERS
+from framework.testing.scorer_conformance import (
+    ScorerConformanceError,
+    check_scorer,
+    scorer_checks,
+)
+from scorers.consistency import Consistency
+
+CHECKS = list(scorer_checks())
+
+
+class MiniLMConsistency(Consistency):
+    """The consistency scorer with the real MiniLM (the registered one uses hashing in the suite)."""
+
+    registry_name = "consistency"
+
+    @classmethod
+    def conformance_params(cls):
+        return {"model": "minilm"}
+
+
+@pytest.mark.parametrize("check_name, check", CHECKS, ids=[c[0] for c in CHECKS])
+@pytest.mark.parametrize("name", SCORERS.names())
+def test_registered_scorer_conforms(name, check_name, check):
+    check(name)
+
+
+@pytest.mark.parametrize("check_name, check", CHECKS, ids=[c[0] for c in CHECKS])
+def test_consistency_with_real_minilm_conforms(check_name, check):
+    check(MiniLMConsistency)
+
+
+def test_suite_catches_a_batch_dependent_scorer():
+
+    from framework.engine.scorer import Scorer
+
+    class GroupZ(Scorer):
+        """z-scores within the batch (a score that depends on the other candidates)."""
+
+        params: dict = {}
+
+        def __init__(self) -> None:
+            pass
+
+        def bounds(self):
+            return (-10.0, 10.0)
+
+        def _score(self, c, ctx):
+            v = c.decided.sum(1).float()
+            return (v - v.mean()) / (v.std(unbiased=False) + 1.0)
+
+    with pytest.raises(ScorerConformanceError, match="differ from single scores"):
+        check_scorer(GroupZ)
+
+
+def test_suite_catches_logic_in_init_and_unvalidated_params():
+    from framework.core.params import Param
+    from framework.engine.scorer import Scorer
+
+    class Sloppy(Scorer):
+        """stores a transformed value and never validates its range"""
+
+        params = {"n": Param(int, doc="unchecked")}
+
+        def __init__(self, n: int = 2) -> None:
+            self.n = [n]
+
+    with pytest.raises(ScorerConformanceError, match="does not store n as given"):
+        check_scorer(Sloppy)

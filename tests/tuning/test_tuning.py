@@ -1,0 +1,185 @@
+"""``framework.tuning`` / ``adec tune``: studies that write, resume, share a storage and export.
+
+The model is :class:`CarryAdder`, a designed denoiser for 2-digit addition (no training, exact
+behaviour), so that accuracy and NFE really trade off against each other:
+
+* an answer digit that receives no carry is predicted right with p = 0.97 (EOS padding too);
+* a digit that receives a carry is predicted right with p = 0.90 once every less significant
+  digit is decided, and otherwise *wrong* (the no-carry digit, p = 0.55; the right one 0.40).
+
+So one-token-per-step decoding is always right, ``fast_dllm`` is right for any threshold in
+[0.55, 0.90) with NFE = 1 + carries (the designed minimum), and below 0.55 it commits wrong digits.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from framework.core.params import ParameterError
+from framework.engine.config import DecodeConfig
+from framework.engine.controller_io import build_controller, load_controller
+from framework.engine.loop import decode
+from framework.tasks.base import get_task
+from framework.testing.carry import carry_model
+from framework.tuning.front import choose_trial
+from framework.tuning.storage import open_storage
+from framework.tuning.study import tune_controller
+
+TASK = dict(task="addition", task_params={"digits": 2})
+
+
+def tune(tmp_path, storage, **kw):
+    args = dict(loaded=carry_model(), n_trials=4, n_val=16, n_test=16, batch_size=16, out_dir=tmp_path,
+                storage=storage, study_name="s", seed=1, plot=False, verbose=False, **TASK)
+    args.update(kw)
+    return tune_controller("fast_dllm", **args)
+
+
+# ----------------------------------------------------------------------------- the toy itself
+def test_carry_adder_trades_accuracy_for_nfe():
+    loaded, task = carry_model(), get_task("addition", digits=2)
+    ex = task.examples("validation", 24)
+    prompts = [task.prompt_ids(e) for e in ex]
+    cfg = DecodeConfig(gen_length=task.gen_length)
+    seq = decode(loaded.denoiser, prompts, build_controller("sequential"), cfg)
+    fast = decode(loaded.denoiser, prompts, build_controller("fast_dllm", threshold=0.6), cfg)
+    loose = decode(loaded.denoiser, prompts, build_controller("fast_dllm", threshold=0.5), cfg)
+    targets = torch.tensor([task.target_ids(e) for e in ex])
+    assert torch.equal(seq.generated, targets) and torch.equal(fast.generated, targets)
+    assert fast.nfe.tolist() == [1 + e.meta["carries"] for e in ex]
+    carried = torch.tensor([e.meta["carries"] > 0 for e in ex])
+    assert carried.any() and not torch.equal(loose.generated[carried], targets[carried])
+
+
+# ----------------------------------------------------------------------------- storages
+STORAGES = ["inmemory", "sqlite", "journal"]
+
+
+def storage_spec(mode: str, tmp_path: Path):
+    if mode == "inmemory":
+        return open_storage("memory")  # an object: the same one is passed again to resume
+    if mode == "sqlite":
+        return f"sqlite:///{tmp_path / 'study.db'}"
+    return f"journal:{tmp_path / 'study.log'}"
+
+
+@pytest.mark.parametrize("mode", STORAGES)
+def test_study_writes_resumes_and_exports(mode, tmp_path):
+    spec = storage_spec(mode, tmp_path)
+    first = tune(tmp_path, spec, n_trials=3)
+    assert first.n_trials == 3 and first.ran == 3
+    if mode == "sqlite":
+        assert (tmp_path / "study.db").stat().st_size > 0
+    if mode == "journal":
+        assert (tmp_path / "study.log").stat().st_size > 0
+
+    again = tune(tmp_path, spec, n_trials=3)  # same total: nothing is re-run
+    assert again.ran == 0 and again.n_trials == 3
+    more = tune(tmp_path, spec, n_trials=5)  # resumes: the count grows, not restarts
+    assert more.ran == 2 and more.n_trials == 5
+
+    import optuna
+
+    study = optuna.load_study(study_name="s", storage=open_storage(spec))
+    numbers = sorted(t.number for t in study.trials)
+    assert numbers == list(range(5))
+    points = [round(t.params["threshold"], 12) for t in study.trials]
+    assert len(set(points)) == len(points)  # trials already done are not proposed again
+    assert study.trials[0].params == {"threshold": 0.9}  # the controller's default goes first
+
+    ctrl = load_controller(more.path)
+    assert ctrl.display_name() == "fast_dllm" and ctrl.threshold == more.params["threshold"]
+    assert build_controller(f"tuned:{more.path}") == ctrl
+    # the exported point is the fewest-NFE trial at the reference's accuracy (the toy: 100 %)
+    assert more.reference_validation["accuracy"] == 1.0
+    ok = [t for t in study.trials if t.values and t.values[0] >= 1.0 - 0.01]
+    assert more.validation["nfe"] == min(t.values[1] for t in ok)
+    # and it decodes: right answers with fewer forward passes than one token per step
+    assert more.test["accuracy"] >= more.reference_test["accuracy"] - 0.01
+    assert more.test["nfe"] <= more.reference_test["nfe"]
+
+
+def test_resume_refuses_a_different_setup(tmp_path):
+    spec = f"sqlite:///{tmp_path / 'study.db'}"
+    tune(tmp_path, spec, n_trials=1, n_test=0)
+    with pytest.raises(ParameterError, match="n_val=16, not 8"):
+        tune(tmp_path, spec, n_trials=2, n_val=8, n_test=0)
+
+
+def test_bad_storage_and_empty_space_fail_clearly(tmp_path):
+    with pytest.raises(ParameterError, match="ftp://x.*allowed: memory, journal:PATH"):
+        open_storage("ftp://x")
+    with pytest.raises(ParameterError, match="'sequential' has nothing to tune"):
+        tune_controller("sequential", loaded=carry_model(), out_dir=tmp_path, verbose=False, **TASK)
+    with pytest.raises(ParameterError, match="cannot be shared by --workers 2"):
+        tune(tmp_path, "memory", workers=2)
+
+
+def test_pruning_and_choice_rules(tmp_path):
+    """A threshold below 0.55 commits wrong carry digits: pruned on the first chunk."""
+    import optuna
+
+    storage = open_storage("memory")
+    tune(tmp_path, storage, n_trials=1, n_test=0, prune_margin=0.05, prune_fraction=0.5, study_name="p")
+    study = optuna.load_study(study_name="p", storage=storage)
+    assert study.trials[0].state == optuna.trial.TrialState.COMPLETE  # the default, τ = 0.9
+    study.enqueue_trial({"threshold": 0.5})
+    tune(tmp_path, storage, n_trials=2, n_test=0, prune_margin=0.05, prune_fraction=0.5, study_name="p")
+    t = study.trials[1]
+    assert t.params == {"threshold": 0.5} and t.state == optuna.trial.TrialState.PRUNED
+    assert t.user_attrs["chunk_accuracy"] < 0.95 and not t.values
+    # a point that fails to decode with a ParameterError is pruned as invalid, not a crash
+    storage = open_storage("memory")
+    tune_controller("llada", loaded=carry_model(), **TASK, decode={"block_length": 2}, storage=storage,
+                    study_name="bad", n_trials=1, n_test=0, n_val=8, out_dir=tmp_path, plot=False, verbose=False)
+    study = optuna.load_study(study_name="bad", storage=storage)
+    study.enqueue_trial({"steps": 9})
+    tune_controller("llada", loaded=carry_model(), **TASK, decode={"block_length": 2}, storage=storage,
+                    study_name="bad", n_trials=2, n_test=0, n_val=8, out_dir=tmp_path, plot=False, verbose=False)
+    bad = study.trials[1]
+    assert bad.state == optuna.trial.TrialState.PRUNED and "steps=9 must be a multiple" in bad.user_attrs["invalid"]
+    # choice: fewest NFE within max_drop of the reference, else the most accurate
+    from types import SimpleNamespace as NS
+
+    C = optuna.trial.TrialState.COMPLETE
+    trials = [NS(number=0, state=C, values=(1.0, 3.0)), NS(number=1, state=C, values=(0.995, 2.0)),
+              NS(number=2, state=C, values=(0.9, 1.0))]
+    assert choose_trial(trials, 1.0, 0.01) == (trials[1], True)
+    assert choose_trial(trials, 1.0, 0.0) == (trials[0], True)
+    assert choose_trial(trials[1:], 1.0, 0.001) == (trials[1], False)
+
+
+@pytest.mark.ddp
+def test_two_workers_share_one_storage(tmp_path):
+    spec = f"sqlite:///{tmp_path / 'shared.db'}"
+    res = tune(tmp_path, spec, n_trials=6, workers=2, n_test=0, loaded=carry_model(delay=0.1))
+    import optuna
+
+    study = optuna.load_study(study_name="s", storage=spec)
+    done = [t for t in study.trials if t.state.is_finished()]
+    assert res.n_trials >= 6 and res.ran == len(done) >= 6
+    assert sorted(t.number for t in study.trials) == list(range(len(study.trials)))
+    workers = {t.user_attrs["worker"].split(":")[0] for t in done}
+    assert workers == {"0", "1"}  # both processes ran trials of the one study
+
+
+def test_cli_help_and_plot(tmp_path, capsys):
+    import argparse
+
+    from framework.cli import tune as tune_cmd
+
+    parser = argparse.ArgumentParser(prog="adec")
+    tune_cmd.register(parser.add_subparsers())
+    with pytest.raises(SystemExit):
+        parser.parse_args(["tune", "--help"])
+    text = capsys.readouterr().out
+    for flag in ("--controller", "--storage", "--workers", "--n-trials", "--max-drop", "journal:PATH"):
+        assert flag in text
+    args = parser.parse_args(["tune", "--controller", "fast_dllm", "--task", "addition", "--set", "gen_length=4"])
+    assert (args.n_trials, args.workers, args.max_drop, args.func) == (20, 1, 0.01, tune_cmd.run)
+    res = tune(tmp_path, "memory", n_trials=2, n_test=0, plot=True, study_name="plot")
+    assert res.plot is not None and res.plot.stat().st_size > 1000
+    assert res.plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
