@@ -78,3 +78,27 @@ def gumbel(seeds: torch.Tensor, step: int | torch.Tensor, salt: int, shape: tupl
     """Standard Gumbel noise ``-log(-log U)`` with :func:`uniform`'s per-sample guarantee."""
     u = uniform(seeds, step, salt, shape, device).to(torch.float64)
     return (-torch.log(-torch.log(u))).to(torch.float32)
+
+
+def uniform_at(
+    seeds: torch.Tensor, step: int | torch.Tensor, salt: int, index: torch.Tensor,
+) -> torch.Tensor:
+    """Uniform(0, 1) float64 at explicit element indices ``index`` ``[B, N]`` (int64, e.g. positions
+    in the generation), row ``b`` a function of ``(seeds[b], step[b], salt, index[b, n])`` only.
+
+    :func:`uniform` numbers elements by their place in the requested shape; this keys them by a
+    caller's index instead, so the draw at a generation position does not depend on which window
+    or layout it was requested in.
+    """
+    device = index.device
+    seeds = seeds.to(device=device, dtype=torch.int64)
+    b = seeds.shape[0]
+    step_t = torch.as_tensor(step, dtype=torch.int64, device=device).expand(b)
+    key = mix64(mix64(seeds ^ (step_t * _GOLDEN)) + _signed(int(salt) * 0x94D049BB133111EB))  # [B]
+    bits = mix64(key[:, None] + (index.to(torch.int64) + 1) * _GOLDEN)
+    return (_shr(bits, 11).to(torch.float64) * (1.0 / (1 << 53))).clamp_(1e-12, 1.0 - 1e-12)
+
+
+def gumbel_at(seeds: torch.Tensor, step: int | torch.Tensor, salt: int, index: torch.Tensor) -> torch.Tensor:
+    """Standard Gumbel noise at explicit indices, with :func:`uniform_at`'s guarantee (float32)."""
+    return (-torch.log(-torch.log(uniform_at(seeds, step, salt, index)))).to(torch.float32)

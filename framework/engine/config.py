@@ -8,6 +8,10 @@ from typing import Optional
 from framework.core.params import Configurable, Param, ParameterError
 
 
+#: the loop's KV-cache modes (``DecodeConfig.cache``)
+CACHE_MODES = ("none", "prefix", "dual")
+
+
 class DecodeConfig(Configurable):
     """Options of the loop (set with ``--set key=value`` next to the controller's own).
 
@@ -15,12 +19,20 @@ class DecodeConfig(Configurable):
         gen_length: number of generated positions G.
         block_length: semi-autoregressive block length (LLaDA's ``block_length``); ``None`` = G.
             Must divide ``gen_length``.
-        temperature: 0 = greedy argmax; > 0 = Gumbel-max sampling of x0 (LLaDA's recipe).
+        temperature: 0 = greedy argmax; > 0 = sampling of x0 from ``softmax(logits / T)`` in
+            float64 (LLaDA's recipe; see :func:`framework.engine.features.sample_tokens`).
         eos_fill: end-of-text prediction: after an EOS is committed with confidence ≥
             ``eos_fill_threshold``, every later masked position is filled with EOS and never decoded.
         eos_fill_threshold: the confidence an EOS needs to trigger the fill.
         lookahead_budget: most extra NFE per sample spent on lookahead rollouts (0 = no lookahead).
         seed: base seed; per-sample seeds default to it.
+        cache: the KV cache, with Fast-dLLM's semantics (invisible to controllers): ``none``
+            runs the whole canvas every step; ``prefix`` refreshes the cache with one full forward
+            at each block start (its logits serve that step), then runs the block and everything
+            after it against the cached prefix; ``dual`` runs only the block, the suffix's keys
+            and values stale until the next refresh. Every forward counts as one NFE.
+        cache_refresh: also refresh every this many steps inside a block (``None`` = at block
+            starts only, as Fast-dLLM; 1 = every step, which equals ``cache=none``).
     """
 
     params = {
@@ -31,6 +43,9 @@ class DecodeConfig(Configurable):
         "eos_fill_threshold": Param(float, low=0.0, high=1.0, doc="confidence an EOS needs to fill"),
         "lookahead_budget": Param(int, low=0, doc="max extra NFE per sample for lookahead rollouts"),
         "seed": Param(int, low=0, doc="base seed"),
+        "cache": Param(str, choices=CACHE_MODES, doc="KV cache: none | prefix | dual (Fast-dLLM)"),
+        "cache_refresh": Param(int, low=1, nullable=True,
+                               doc="refresh the cache every N steps in a block too; null = block starts only"),
     }
 
     def __init__(
@@ -42,6 +57,8 @@ class DecodeConfig(Configurable):
         eos_fill_threshold: float = 0.9,
         lookahead_budget: int = 64,
         seed: int = 0,
+        cache: str = "none",
+        cache_refresh: Optional[int] = None,
     ) -> None:
         self.gen_length = gen_length
         self.block_length = block_length
@@ -50,8 +67,12 @@ class DecodeConfig(Configurable):
         self.eos_fill_threshold = eos_fill_threshold
         self.lookahead_budget = lookahead_budget
         self.seed = seed
+        self.cache = cache
+        self.cache_refresh = cache_refresh
 
     def check_combination(self) -> None:
+        if self.cache == "none" and self.cache_refresh is not None:
+            self.warn_no_effect("cache_refresh", "cache='none' keeps no cache to refresh")
         bl = self.block_length
         if bl is not None:
             if bl > self.gen_length or self.gen_length % bl != 0:

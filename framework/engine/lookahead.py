@@ -50,6 +50,7 @@ import torch
 
 from framework.core.params import Configurable, Param, ParameterError
 from framework.engine.controller import Decision, DecodeState
+from framework.engine.denoise import window_logits
 from framework.engine.features import StepFeatures, compute_features
 from framework.engine.scorer import Candidates, Scorer, ScoringContext
 from framework.engine.selection import ensure_progress, select_topk
@@ -155,7 +156,8 @@ class Lookahead(Configurable):
         commit: torch.Tensor, tokens: torch.Tensor, state: DecodeState, budget_left: torch.Tensor,
         controller: Any = None,
     ) -> LookaheadResult:
-        """Tokens and commits of this step for the sub-batch ``x`` ``[B, L]`` (see the module doc)."""
+        """Tokens and commits ``[B, W]`` of this step's window for the sub-batch whose canvas is ``x``
+        ``[B, L]`` (see the module doc); ``feats.window_index`` maps window slots to canvas columns."""
         b = x.shape[0]
         spent = torch.zeros(b, dtype=torch.long, device=x.device)
         fallback = torch.zeros(b, dtype=torch.bool, device=x.device)
@@ -256,37 +258,40 @@ class Lookahead(Configurable):
         src_plan = flat // w  # index into plan rows
         src = plan.rows[src_plan]  # index into the step's sub-batch
         cand_j = flat % w
-        # starting canvas: controller commits + this candidate's branch tokens
-        base_lp = _token_logprob(f, tokens)  # [B, L] log p of the step's tokens at the first forward
-        canvas = torch.where(commit, tokens, x)[src]
+        cols = _window_index(f)[src]  # [N, W] the window's canvas columns, per candidate
+        real = _window_valid(f)[src]
+        # starting window: controller commits + this candidate's branch tokens (all in window slots)
+        base_lp = _token_logprob(f, tokens)  # [B, W] log p of the step's tokens at the first forward
+        win = torch.where(commit, tokens, x.gather(1, _window_index(f)))[src]
         lp_rec = torch.where(commit, base_lp, torch.zeros_like(base_lp))[src]
         lp_mask = commit[src].clone()
         bpos, bok = plan.branch_pos[src_plan], plan.branch_ok[src_plan]
         btok = plan.cand_tokens[src_plan, cand_j]
         blp = plan.cand_logp[src_plan, cand_j]
-        canvas.scatter_(1, bpos, torch.where(bok, btok, canvas.gather(1, bpos)))
+        win.scatter_(1, bpos, torch.where(bok, btok, win.gather(1, bpos)))
         lp_rec.scatter_(1, bpos, torch.where(bok, blp, lp_rec.gather(1, bpos)))
         lp_mask.scatter_(1, bpos, lp_mask.gather(1, bpos) | bok)
         region = f.eligible[src]
         depth = plan.depth[src_plan]
         attn_c = attn[src]
+        canvas = x[src]
         secs = 0.0
         if self.verify and bpos.shape[1] >= 2:
-            secs += self._verify(model, canvas, attn_c, bpos, bok, btok, lp_rec, src, spent, mask_id)
+            secs += self._verify(model, canvas, cols, real, win, attn_c, bpos, bok, btok, lp_rec, src, spent, mask_id)
         for t in range(int(depth.max())):
-            open_ = ((canvas == mask_id) & region).any(1)
+            open_ = ((win == mask_id) & region).any(1)
             act = ((depth > t) & open_).nonzero().squeeze(1)  # a finished rollout stops early
             if act.numel() == 0:
                 break
             t0 = time.perf_counter()
-            logits = model(canvas[act], attention_mask=attn_c[act])
+            logits = window_logits(model, _write(canvas[act], cols[act], win[act], real[act]), attn_c[act], cols[act])
             secs += time.perf_counter() - t0
             spent.index_add_(0, src[act], torch.ones_like(act))
-            still = (canvas[act] == mask_id) & region[act]
+            still = (win[act] == mask_id) & region[act]
             logp = torch.log_softmax(logits.float(), dim=-1)
             best_lp, pred = logp.max(-1)
             if self.rollout == "controller" and controller is not None:
-                fill = self._controller_fill(controller, logits, still, canvas[act], src[act], f, state, t)
+                fill = self._controller_fill(controller, logits, still, win[act], src[act], f, state, t)
             else:
                 del logits
                 fill = self._policy_fill(best_lp.exp(), still)
@@ -295,31 +300,32 @@ class Lookahead(Configurable):
             if self.complete:
                 fill = fill | (still & last[:, None])
             fill = fill & still
-            canvas[act] = torch.where(fill, pred, canvas[act])
+            win[act] = torch.where(fill, pred, win[act])
             lp_rec[act] = torch.where(fill, best_lp, lp_rec[act])
             lp_mask[act] = lp_mask[act] | fill
-        cands = _candidates(canvas, lp_rec, lp_mask, f, src, state, mask_id, x)
+        cands = _candidates(_write(canvas, cols, win, real), cols, real, lp_rec, lp_mask, f, src, state, mask_id, x)
         context = self._context(state, model)
         scores = self.get_scorer().score(cands, context)
         grid = torch.full((r_cnt, w), float("-inf"), device=dev)
         grid[src_plan, cand_j] = scores.to(dev).float()
         return grid.argmax(1), secs
 
-    def _verify(self, model: Any, canvas: torch.Tensor, attn: torch.Tensor, bpos: torch.Tensor, bok: torch.Tensor,
-                btok: torch.Tensor, lp_rec: torch.Tensor, src: torch.Tensor, spent: torch.Tensor, mask_id: int) -> float:
+    def _verify(self, model: Any, canvas: torch.Tensor, cols: torch.Tensor, real: torch.Tensor, win: torch.Tensor,
+                attn: torch.Tensor,
+                bpos: torch.Tensor, bok: torch.Tensor, btok: torch.Tensor, lp_rec: torch.Tensor, src: torch.Tensor,
+                spent: torch.Tensor, mask_id: int) -> float:
         """Pseudo-likelihood of the branch tokens: log p(v_i | x with the other branch tokens), in place."""
         n, m = bpos.shape
         rows = bok.reshape(-1).nonzero().squeeze(1)  # (candidate, branch position) pairs, one forward each
         cand, j = rows // m, rows % m
         pos = bpos[cand, j]
-        probe = canvas[cand].clone()
+        probe = win[cand].clone()
         probe[torch.arange(rows.numel(), device=probe.device), pos] = mask_id
+        at_col = cols[cand].gather(1, pos[:, None])  # [n·m, 1] the probed canvas column
         t0 = time.perf_counter()
-        logits = model(probe, attention_mask=attn[cand])
+        at = window_logits(model, _write(canvas[cand], cols[cand], probe, real[cand]), attn[cand], at_col)[:, 0]  # [n·m, V]
         secs = time.perf_counter() - t0
         spent.index_add_(0, src[cand], torch.ones_like(cand))
-        at = logits[torch.arange(rows.numel(), device=logits.device), pos]  # [n·m, V], the rest dropped
-        del logits
         lp = torch.log_softmax(at.float(), dim=-1).gather(1, btok[cand, j].unsqueeze(1)).squeeze(1)
         lp_rec[cand, pos] = lp
         return secs
@@ -330,18 +336,18 @@ class Lookahead(Configurable):
             return best
         return (still & (conf > self.rollout_threshold)) | best
 
-    def _controller_fill(self, controller: Any, logits: torch.Tensor, still: torch.Tensor, canvas: torch.Tensor,
+    def _controller_fill(self, controller: Any, logits: torch.Tensor, still: torch.Tensor, win: torch.Tensor,
                          src: torch.Tensor, f: StepFeatures, state: DecodeState, t: int) -> torch.Tensor:
         g = state.config.gen_length
         feats = compute_features(
-            logits, eligible=still, masked=(canvas == state.mask_token_id) & (f.position[src] >= 0)
-            & (f.position[src] < g), rel=f.position[src], gen_length=g, block_start=f.block_start[src],
-            block_end=f.block_end[src], block_index=f.block_index[src],
-            block_masked_at_start=f.block_masked_at_start[src], step=f.step[src] + t + 1,
-            block_step=f.block_step[src] + t + 1, temperature=0.0, seeds=state.seeds[src],
+            logits, eligible=still, masked=(win == state.mask_token_id) & f.eligible[src], rel=f.position[src],
+            gen_length=g, block_start=f.block_start[src], block_end=f.block_end[src],
+            block_index=f.block_index[src], block_masked_at_start=f.block_masked_at_start[src],
+            step=f.step[src] + t + 1, block_step=f.block_step[src] + t + 1, temperature=0.0,
+            seeds=state.seeds[src], window_index=_window_index(f)[src],
         )
         sub = state.rows(src)  # a copy of the controller's memory: rollouts never leak into it
-        sub.extras["canvas"] = canvas
+        sub.extras["canvas"] = win
         d = controller.decide(feats, sub)
         return ensure_progress(d.commit & still, still, feats.confidence)
 
@@ -391,12 +397,38 @@ def _token_logprob(f: StepFeatures, tokens: torch.Tensor) -> torch.Tensor:
     return own.clamp(min=1e-30).log()
 
 
-def _candidates(canvas: torch.Tensor, lp_rec: torch.Tensor, lp_mask: torch.Tensor, f: StepFeatures,
-                src: torch.Tensor, state: DecodeState, mask_id: int, x: torch.Tensor) -> Candidates:
-    """The rollouts' generation regions and prompts as :class:`Candidates`."""
+def _window_index(f: StepFeatures) -> torch.Tensor:
+    """The window's canvas columns ``[B, W]`` (the identity when the window is the whole canvas)."""
+    if f.window_index is not None:
+        return f.window_index
+    return torch.arange(f.x0.shape[1], device=f.x0.device).expand_as(f.x0)
+
+
+def _window_valid(f: StepFeatures) -> torch.Tensor:
+    """Which window slots are real ``[B, W]`` (slots past a row's shorter block repeat a column)."""
+    if f.window_index is None:
+        return torch.ones_like(f.eligible)
+    slot = torch.arange(f.x0.shape[1], device=f.x0.device)[None, :]
+    return slot < (f.block_end - f.block_start)[:, None]
+
+
+def _write(canvas: torch.Tensor, cols: torch.Tensor, win: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """``canvas`` ``[N, L]`` with the window's real slots ``win`` ``[N, W]`` written at ``cols``."""
+    out = canvas.clone()
+    r, c = valid.nonzero(as_tuple=True)
+    out[r, cols[r, c]] = win[r, c]
+    return out
+
+
+def _candidates(canvas: torch.Tensor, cols: torch.Tensor, real: torch.Tensor, lp_win: torch.Tensor,
+                lp_mask_win: torch.Tensor,
+                f: StepFeatures, src: torch.Tensor, state: DecodeState, mask_id: int, x: torch.Tensor) -> Candidates:
+    """The rollouts' generation regions and prompts as :class:`Candidates` (log-probabilities are
+    recorded for the window; the rest of the generation has none)."""
     g = state.config.gen_length
-    rel = f.position[src]
-    start = (-rel[:, 0]).clamp(min=0)  # gen_start per candidate row
+    start = (cols[:, 0] - f.position[src][:, 0]).clamp(min=0)  # gen_start per candidate row
+    lp_rec = _write(torch.zeros(canvas.shape, dtype=lp_win.dtype, device=canvas.device), cols, lp_win, real)
+    lp_mask = _write(torch.zeros(canvas.shape, dtype=torch.bool, device=canvas.device), cols, lp_mask_win, real)
     gidx = start[:, None] + torch.arange(g, device=canvas.device)[None, :]
     gidx = gidx.clamp(max=canvas.shape[1] - 1)
     gen = canvas.gather(1, gidx)

@@ -4,8 +4,11 @@ Layout of one row: ``[prompt_b, MASK × gen_length, PAD …]`` (right padded to 
 with an attention mask over the padding). Per sample the loop keeps the current block
 ``[block_start, block_end)`` of the generation, its step counters and its NFE. Each step:
 
-1. one forward pass over the unfinished rows (1 NFE each, counted per sample),
-2. :func:`framework.engine.features.compute_features`,
+1. one forward pass over the unfinished rows (1 NFE each, counted per sample), through the KV
+   cache policy (:class:`framework.engine.denoise.CacheSession`), giving logits of the **window**
+   only: each row's current block as ``[b, W]`` canvas columns (rows may be in different blocks
+   and blocks may differ in length; slots past a row's block are never eligible),
+2. :func:`framework.engine.features.compute_features` on the window,
 3. ``controller.decide`` -> :class:`framework.engine.controller.Decision`,
 4. optional lookahead (:mod:`framework.engine.lookahead`) replaces tokens at uncertain positions,
 5. commit (never outside ``eligible``; at least one token per unfinished row, so no stall),
@@ -25,6 +28,7 @@ import torch
 
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import Controller, DecodeState
+from framework.engine.denoise import CacheSession
 from framework.engine.features import compute_features
 from framework.engine.selection import ensure_progress
 
@@ -36,7 +40,8 @@ class DecodeResult:
     ``tokens`` is the whole ``[B, L]`` canvas, ``generated`` the ``[B, G]`` generation,
     ``nfe`` forward passes per sample (rollouts included), ``steps`` decoding steps per sample,
     ``lookahead_nfe`` the rollout part of ``nfe``, ``forced`` how many steps the loop had to add
-    a token because the controller committed none.
+    a token because the controller committed none, ``cache_refreshes`` the full forwards that
+    refreshed the KV cache (part of ``nfe``; ``None`` counts as 0 with ``cache='none'``).
     """
 
     tokens: torch.Tensor
@@ -50,6 +55,7 @@ class DecodeResult:
     total_seconds: float = 0.0
     fallbacks: torch.Tensor | None = None
     trace: list[dict[str, Any]] = field(default_factory=list)
+    cache_refreshes: torch.Tensor | None = None
 
     @property
     def tokens_per_forward(self) -> torch.Tensor:
@@ -103,19 +109,22 @@ def decode(
     """Decode a batch of prompts with ``controller``.
 
     Args:
-        model: a denoiser: ``model(input_ids, attention_mask) -> logits [B, L, V]`` with
-            ``mask_token_id`` (and ideally ``eos_token_id``, ``pad_token_id``).
+        model: a denoiser (:mod:`framework.engine.denoise`): ``model(input_ids, attention_mask)
+            -> logits [B, L, V]``, or a windowed one with a KV cache; with ``mask_token_id`` (and
+            ideally ``eos_token_id``, ``pad_token_id``).
         prompts: token-id lists, ragged.
         controller: any registered :class:`Controller`.
-        config: :class:`DecodeConfig` (validated here).
+        config: :class:`DecodeConfig` (validated here; ``cache`` needs a windowed model).
         seeds: per-sample seeds (int or ``[B]``); default ``config.seed`` for every row. Results of
             row ``b`` depend only on its prompt and seed, never on the rest of the batch.
         lookahead: a :class:`framework.engine.lookahead.Lookahead` (scorers + rollout policy) or ``None``.
-        trace: record per-step commit counts and the decision's ``info`` tensors.
+        trace: record per-step commit counts, the commit mask in canvas columns and the decision's
+            ``info`` tensors.
         extras: per-call values for controllers and the lookahead, put into ``state.extras``
             (e.g. ``tokenizer``, per-sample ``meta`` / ``prompt_text`` lists, a ``span_mask``
             ``[B, G]``). The loop adds ``sample_index`` ``[B]`` (row of each sample in this call)
-            and, every step, ``canvas`` (the current tokens of the rows being decided).
+            and, every step, ``canvas``: the current tokens of the window ``[b, W]`` of the rows
+            being decided (masked where undecided).
     """
     config = config or DecodeConfig()
     config.validate()
@@ -128,6 +137,8 @@ def decode(
     G = config.gen_length
     x, attn, gen_start = layout(prompts, G, mask_id, pad_id, device)
     B, L = x.shape
+    session = CacheSession(model, config.cache, config.cache_refresh, B, device)
+    lengths = gen_start + G  # real tokens per row (right padding after them)
     rel = torch.arange(L, device=device)[None, :] - gen_start[:, None]
     in_gen = (rel >= 0) & (rel < G)
     state = DecodeState(
@@ -147,43 +158,54 @@ def decode(
     nfe, steps, block_step, block_index, forced, la_nfe = (zeros() for _ in range(6))
     next_len = torch.full((B,), config.effective_block_length, dtype=torch.long, device=device)
     block_start = zeros()
-    block_end = next_len.clone()
-    block_masked_at_start = torch.minimum(block_end, torch.full_like(block_end, G))
+    block_end = next_len.clone().clamp(max=G)
+    block_masked_at_start = block_end.clone()
     forward_s = 0.0
     records: list[dict[str, Any]] = []
     fallbacks = zeros()
 
     for _ in range(G + 1):  # every step commits ≥ 1 token per unfinished row
         masked = (x == mask_id) & in_gen
-        unfinished = masked.any(1)
+        n_masked = masked.sum(1)
+        unfinished = n_masked > 0
         if not unfinished.any():
             break
-        eligible = masked & (rel >= block_start[:, None]) & (rel < block_end[:, None])
+        in_block = masked & (rel >= block_start[:, None]) & (rel < block_end[:, None])
         for _advance in range(G):
-            need = unfinished & ~eligible.any(1)
+            need = unfinished & ~in_block.any(1)
             if not need.any():
                 break
             block_start = torch.where(need, block_end, block_start)
             block_end = torch.where(need, (block_end + next_len).clamp(max=G), block_end)
             block_index = block_index + need.long()
             block_step = torch.where(need, torch.zeros_like(block_step), block_step)
-            eligible = masked & (rel >= block_start[:, None]) & (rel < block_end[:, None])
-            block_masked_at_start = torch.where(need, eligible.sum(1), block_masked_at_start)
+            in_block = masked & (rel >= block_start[:, None]) & (rel < block_end[:, None])
+            block_masked_at_start = torch.where(need, in_block.sum(1), block_masked_at_start)
 
         rows = unfinished.nonzero().squeeze(1)
         full = rows.numel() == B
         sub = (lambda t: t) if full else (lambda t: t[rows])  # noqa: E731
+        # the window: each row's current block, as [b, W] canvas columns
+        bs, blen = sub(block_start), sub(block_end - block_start)
+        width = int(blen.max())
+        slot = torch.arange(width, device=device)[None, :]
+        valid = slot < blen[:, None]
+        w_rel = bs[:, None] + torch.minimum(slot, (blen - 1)[:, None])  # pad slots repeat the last column
+        w_cols = sub(gen_start)[:, None] + w_rel
+        xs = sub(x)
+        w_tok = xs.gather(1, w_cols)
+        eligible = (w_tok == mask_id) & valid
         t0 = time.perf_counter()
-        logits = model(sub(x), attention_mask=sub(attn))
+        logits = session.logits(x, attn, rows, w_cols, valid, sub(block_index), sub(lengths))
         forward_s += time.perf_counter() - t0
         logits = suppress_mask_logit(logits, mask_id)
         feats = compute_features(
             logits,
-            eligible=sub(eligible),
-            masked=sub(masked),
-            rel=sub(rel),
+            eligible=eligible,
+            masked=eligible,
+            rel=w_rel,
             gen_length=G,
-            block_start=sub(block_start),
+            block_start=bs,
             block_end=sub(block_end),
             block_index=sub(block_index),
             block_masked_at_start=sub(block_masked_at_start),
@@ -191,8 +213,10 @@ def decode(
             block_step=sub(block_step),
             temperature=config.temperature,
             seeds=sub(state.seeds),
+            window_index=w_cols,
+            n_masked=sub(n_masked),
         )
-        state.extras["canvas"] = x
+        state.extras["canvas"] = w_tok
         sub_state = state if full else state.rows(rows)
         decision = controller.decide(feats, sub_state)
         if not full:
@@ -202,7 +226,7 @@ def decode(
 
         if lookahead is not None and decision.depth is not None:
             budget_left = config.lookahead_budget - sub(la_nfe)
-            la = lookahead.refine(model, sub(x), sub(attn), feats, decision, commit, tokens, sub_state, budget_left,
+            la = lookahead.refine(model, xs, sub(attn), feats, decision, commit, tokens, sub_state, budget_left,
                                   controller=controller)
             tokens, commit = la.tokens, la.commit & feats.eligible
             la_nfe[rows] += la.extra_nfe
@@ -214,12 +238,13 @@ def decode(
         commit = ensure_progress(commit, feats.eligible, feats.confidence)
         forced[rows] += (~had_commit).long()
 
-        xs = sub(x)
-        xs = torch.where(commit, tokens, xs)
+        r_idx, c_idx = commit.nonzero(as_tuple=True)
+        xs = xs.clone() if full else xs
+        xs[r_idx, w_cols[r_idx, c_idx]] = tokens[r_idx, c_idx]
         if config.eos_fill and eos_id is not None:
             own_conf = torch.where(tokens == feats.x0, feats.confidence, torch.zeros_like(feats.confidence))
-            xs = _eos_fill(xs, commit, tokens, own_conf, sub(rel), sub(in_gen), mask_id, int(eos_id),
-                           config.eos_fill_threshold)
+            trigger = (commit & (tokens == int(eos_id)) & (own_conf >= config.eos_fill_threshold)).any(1)
+            xs = _eos_fill(xs, trigger, sub(rel), sub(in_gen), mask_id, int(eos_id))
         if full:
             x = xs
         else:
@@ -230,8 +255,10 @@ def decode(
         if decision.next_block_length is not None:
             next_len[rows] = decision.next_block_length.to(next_len).clamp(min=1)
         if trace:
-            rec = {"rows": rows.cpu(), "commits": commit.sum(1).cpu(), "commit": commit.cpu(),
-                   "block_start": sub(block_start).cpu(), "block_end": sub(block_end).cpu()}
+            canvas_commit = torch.zeros(rows.numel(), L, dtype=torch.bool, device=device)
+            canvas_commit[r_idx, w_cols[r_idx, c_idx]] = True
+            rec = {"rows": rows.cpu(), "commits": commit.sum(1).cpu(), "commit": canvas_commit.cpu(),
+                   "block_start": bs.cpu(), "block_end": sub(block_end).cpu()}
             rec.update({k: v.detach().cpu() for k, v in decision.info.items()})
             records.append(rec)
 
@@ -249,6 +276,7 @@ def decode(
         total_seconds=time.perf_counter() - t_start,
         fallbacks=fallbacks,
         trace=records,
+        cache_refreshes=session.refreshes,
     )
 
 
@@ -261,11 +289,10 @@ def suppress_mask_logit(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
 
 
 def _eos_fill(
-    x: torch.Tensor, commit: torch.Tensor, tokens: torch.Tensor, confidence: torch.Tensor,
-    rel: torch.Tensor, in_gen: torch.Tensor, mask_id: int, eos_id: int, threshold: float,
+    x: torch.Tensor, trigger: torch.Tensor, rel: torch.Tensor, in_gen: torch.Tensor, mask_id: int, eos_id: int,
 ) -> torch.Tensor:
-    """After a confident EOS commit, fill masked positions after the row's first EOS with EOS."""
-    trigger = (commit & (tokens == eos_id) & (confidence >= threshold)).any(1)
+    """In rows where a confident EOS was committed (``trigger`` ``[B]``), fill the masked positions
+    after the row's first EOS with EOS."""
     if not trigger.any():
         return x
     big = torch.iinfo(torch.long).max

@@ -8,7 +8,11 @@ from dataclasses import asdict, dataclass
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from framework.models.arch.layers import KVCache
+from framework.models.windowed import WindowedDenoiser
 
 #: architecture presets of :class:`TinyDenoiser` (``adec train-denoiser --size``)
 MODEL_SIZES: dict[str, dict] = {
@@ -37,7 +41,7 @@ class TinyConfig:
         return asdict(self)
 
 
-class TinyDenoiser(nn.Module):
+class TinyDenoiser(WindowedDenoiser, nn.Module):
     """A small bidirectional Transformer that predicts every position's token (no time input,
     as in LLaDA: the masks themselves tell the model how far decoding has come)."""
 
@@ -71,13 +75,58 @@ class TinyDenoiser(nn.Module):
         return self.head.weight.device
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        b, l = input_ids.shape
-        if l > self.config.max_len:
+        """Logits ``[B, L, V]`` of every position (``attention_mask`` 1 = real token, 0 = padding)."""
+        return self.full_logits(input_ids, attention_mask)
+
+    def core(self, input_ids: torch.Tensor, *, position_ids: Optional[torch.Tensor] = None,
+             key_mask: Optional[torch.Tensor] = None, cache: Optional[KVCache] = None,
+             write_positions: Optional[torch.Tensor] = None, write_valid: Optional[torch.Tensor] = None,
+             output_positions: Optional[torch.Tensor] = None, use_cache: bool = False,
+             ) -> tuple[torch.Tensor, Optional[KVCache]]:
+        """The encoder as :class:`~framework.models.windowed.WindowedDenoiser` needs it.
+
+        The same parameters and arithmetic as ``nn.TransformerEncoderLayer(norm_first=True,
+        activation="gelu")`` (so saved models load unchanged), written out so that keys and values
+        can come from a :class:`KVCache`: queries ``input_ids`` ``[B, T]`` at ``position_ids``; with
+        ``cache`` their keys/values are written at ``write_positions`` and they attend over all
+        cached columns masked by ``key_mask``; the head runs only at ``output_positions``.
+        """
+        b, t = input_ids.shape
+        if position_ids is None:
+            position_ids = (write_positions if cache is not None
+                            else torch.arange(t, device=input_ids.device).expand(b, t))
+        if int(position_ids.max()) >= self.config.max_len:
             raise ValueError(
-                f"sequence of {l} tokens is longer than the model's context max_len={self.config.max_len}"
+                f"sequence of {int(position_ids.max()) + 1} tokens is longer than the model's context "
+                f"max_len={self.config.max_len}"
             )
-        pos = torch.arange(l, device=input_ids.device)
-        h = self.tok(input_ids) + self.pos(pos)[None]
-        pad_mask = None if attention_mask is None else attention_mask == 0
-        h = self.encoder(h, src_key_padding_mask=pad_mask)
-        return self.head(self.norm(h))
+        mask = None
+        if key_mask is not None:
+            km = key_mask.bool()
+            mask = (km | ~km.any(-1, keepdim=True))[:, None, None, :]  # a row with no real key stays finite
+        write_rows = None
+        if cache is not None and write_valid is not None:
+            write_rows = write_valid.bool().nonzero(as_tuple=True)
+            write_positions = write_positions[write_rows]
+        h = self.tok(input_ids) + self.pos(position_ids)
+        keys, values = [], []
+        nh = self.config.n_heads
+        for i, layer in enumerate(self.encoder.layers):
+            attn = layer.self_attn
+            q, k, v = F.linear(layer.norm1(h), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
+            q, k, v = (z.view(b, t, nh, -1).transpose(1, 2) for z in (q, k, v))
+            if cache is not None:
+                k, v = cache.write(i, k, v, write_positions, write_rows)
+            elif use_cache:
+                keys.append(k)
+                values.append(v)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                               dropout_p=attn.dropout if self.training else 0.0)
+            h = h + layer.dropout1(attn.out_proj(a.transpose(1, 2).reshape(b, t, -1)))
+            h = h + layer._ff_block(layer.norm2(h))
+        if output_positions is not None:
+            h = h.gather(1, output_positions[..., None].expand(-1, -1, h.shape[-1]))
+        logits = self.head(self.norm(h))
+        if cache is not None:
+            return logits, cache
+        return logits, (KVCache(keys, values) if use_cache else None)

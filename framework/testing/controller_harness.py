@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from framework.core.params import Param
-from framework.engine.config import DecodeConfig
+from framework.engine.config import CACHE_MODES, DecodeConfig
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.loop import DecodeResult, decode
@@ -148,6 +148,10 @@ class _Spy:
 def _run(controller: Controller, model: Any, prompts: Sequence[Sequence[int]], config: DecodeConfig,
          seeds: Optional[Sequence[int]] = None) -> tuple[DecodeResult, _Spy]:
     spy = _Spy(controller, int(model.vocab_size), int(model.mask_token_id))
+    if config.cache != "none":
+        from framework.testing.toys import CachedToy
+
+        model = CachedToy(model)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
@@ -162,9 +166,11 @@ def _run(controller: Controller, model: Any, prompts: Sequence[Sequence[int]], c
     return result, spy
 
 
-def _configs(block_length: Optional[int] = None) -> list[DecodeConfig]:
-    return [DecodeConfig(gen_length=G, block_length=block_length),
-            DecodeConfig(gen_length=G, block_length=block_length, temperature=0.8)]
+def _configs(block_length: Optional[int] = None, caches: Sequence[str] = CACHE_MODES) -> list[DecodeConfig]:
+    """Greedy and sampled decoding, under every KV-cache mode (the toys are served through
+    :class:`framework.testing.toys.CachedToy` when a cache is on)."""
+    return [DecodeConfig(gen_length=G, block_length=block_length, cache=cache, temperature=temperature)
+            for cache in caches for temperature in (0.0, 0.8)]
 
 
 def _same(a: DecodeResult, i: int, b: DecodeResult, j: int) -> bool:

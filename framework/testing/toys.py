@@ -5,7 +5,7 @@ Importable by third-party plugin authors too: ``framework.testing.conformance`` 
 
 from __future__ import annotations
 
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import nn
@@ -291,3 +291,54 @@ class CharTokenizer:
             elif 0 <= i < len(self.alphabet):
                 out.append(self.alphabet[i])
         return "".join(out)
+
+
+class TokenCache:
+    """The "KV cache" of :class:`CachedToy`: the token each canvas column's keys were computed from."""
+
+    def __init__(self, tokens: torch.Tensor) -> None:
+        self.tokens = tokens
+
+    def select(self, rows: torch.Tensor) -> "TokenCache":
+        return TokenCache(self.tokens[rows].clone())
+
+    def update_rows(self, rows: torch.Tensor, other: "TokenCache") -> None:
+        self.tokens[rows] = other.tokens
+
+
+class CachedToy(nn.Module):
+    """Any plain toy denoiser served through the windowed, cached call of the engine
+    (:mod:`framework.engine.denoise`), with a cache whose staleness is visible.
+
+    A refresh shows the model the whole canvas and keeps it as the cache; a cached step writes the
+    query columns' current tokens into that kept canvas and shows the model the result. So with
+    ``cache='dual'`` the model sees the suffix as it was at the last refresh (stale keys), with
+    ``prefix`` the prefix as it was then: a designed model's answers change with the cache mode
+    exactly where a transformer's would, which lets the conformance suite run every controller
+    under every cache mode.
+    """
+
+    supports_kv_cache = True
+
+    def __init__(self, model: Any) -> None:
+        super().__init__()
+        self.model = model
+        self.vocab_size, self.mask_token_id = model.vocab_size, model.mask_token_id
+        self.eos_token_id = getattr(model, "eos_token_id", None)
+        self.pad_token_id = getattr(model, "pad_token_id", None)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        return self.model(input_ids, attention_mask=attention_mask)
+
+    def window_logits(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor], out_cols: torch.Tensor, *,
+                      cache: Optional[TokenCache] = None, query_cols: Optional[torch.Tensor] = None,
+                      query_valid: Optional[torch.Tensor] = None, use_cache: bool = False) -> tuple:
+        if cache is None:
+            seen, cache = x, (TokenCache(x.clone()) if use_cache else None)
+        else:
+            valid = torch.ones_like(query_cols, dtype=torch.bool) if query_valid is None else query_valid.bool()
+            r, c = valid.nonzero(as_tuple=True)
+            cache.tokens[r, query_cols[r, c]] = x[r, query_cols[r, c]]
+            seen = cache.tokens
+        logits = self.model(seen, attention_mask=attention_mask)
+        return logits.gather(1, out_cols[:, :, None].expand(-1, -1, logits.shape[-1])), cache

@@ -25,9 +25,10 @@ def toy(answer=ANSWER, conf=CONF):
     return ToyDenoiser(answer=answer, conf=conf, vocab_size=16, prompt_length=P)
 
 
-def run(name, eos_fill, model=None, block_length=None, threshold=0.9, prompts=PROMPTS, **params):
+def run(name, eos_fill, model=None, block_length=None, threshold=0.9, prompts=PROMPTS, seed=0, **params):
     ctrl = name if isinstance(name, Controller) else build_controller(name, **params)
-    cfg = DecodeConfig(gen_length=G, block_length=block_length, eos_fill=eos_fill, eos_fill_threshold=threshold)
+    cfg = DecodeConfig(gen_length=G, block_length=block_length, eos_fill=eos_fill, eos_fill_threshold=threshold,
+                       seed=seed)
     return decode(model or toy(), prompts, ctrl, cfg, trace=True)
 
 
@@ -113,14 +114,19 @@ BASELINES = [n for n in CONTROLLERS.names() if CONTROLLERS.get(n).kind in ("refe
 @pytest.mark.parametrize("block_length", [None, 4])
 @pytest.mark.parametrize("name", BASELINES)
 def test_eos_fill_works_with_every_baseline(name, block_length):
-    full = run(name, eos_fill=False, block_length=block_length)
-    fill = run(name, eos_fill=True, block_length=block_length)
-    check_canvas(fill)
     # the toy is context-free and its tail is EOS: same text, never more forward passes, and fewer
-    # unless the run already ends within 4 steps (leap, whose stable tail commits at step 3)
-    assert fill.generated.tolist() == full.generated.tolist() == [ANSWER, ANSWER]
-    assert (fill.nfe <= full.nfe).all() and ((fill.nfe < full.nfe) | (full.nfe <= 4)).all()
-    assert fill.nfe.tolist() == [len(steps(fill, b)) for b in (0, 1)]
+    # unless the run already ends within 4 steps; a random-order baseline saves nothing in a run
+    # whose order reaches position 3 (the confident EOS) last, so it gets three seeds
+    saved = []
+    for seed in (0, 1, 2) if CONTROLLERS.get(name).stochastic else (0,):
+        full = run(name, eos_fill=False, block_length=block_length, seed=seed)
+        fill = run(name, eos_fill=True, block_length=block_length, seed=seed)
+        check_canvas(fill)
+        assert fill.generated.tolist() == full.generated.tolist() == [ANSWER, ANSWER]
+        assert (fill.nfe <= full.nfe).all()
+        saved.append(bool(((fill.nfe < full.nfe) | (full.nfe <= 4)).all()))
+        assert fill.nfe.tolist() == [len(steps(fill, b)) for b in (0, 1)]
+    assert any(saved)
     for b in (0, 1):  # once position 3's EOS is in, nothing after it is ever decoded
         s = steps(fill, b)
         at = next(i for i, pos in enumerate(s) if 3 in pos)

@@ -1,0 +1,133 @@
+"""How the loop calls a denoiser: logits of the window only, with or without a KV cache.
+
+Two kinds of denoiser follow the protocol (:mod:`framework.models.protocol`):
+
+* **plain**: ``model(input_ids, attention_mask) -> logits [B, L, V]``. The loop gathers the
+  window's columns from them; ``cache`` must be ``none``.
+* **windowed** (``supports_kv_cache = True``), the framework's own architectures (tiny, LLaDA,
+  Dream): ``model.window_logits(x, attention_mask, out_cols, cache=, query_cols=, query_valid=,
+  use_cache=) -> (logits [B, W, V], cache)``. Only the query columns run through the layers,
+  only the output columns through the LM head, so a step never builds ``[B, L, V]``. With a
+  ``cache``, the query columns' keys and values are written into it in place and the queries
+  attend over every cached column (masked by ``attention_mask``).
+
+:class:`CacheSession` is the loop's cache policy, with Fast-dLLM's semantics: a row's first step
+in a block (and every ``cache_refresh`` steps, if set) is a full forward that refreshes the cache
+and serves that step; ``prefix`` then queries the block and everything after it, ``dual`` the
+block only. Controllers never see any of it; every forward is one NFE for each row it serves.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from framework.core.params import ParameterError
+
+
+def supports_cache(model: Any) -> bool:
+    """Whether ``model`` implements the windowed, cached call (``window_logits``)."""
+    return bool(getattr(model, "supports_kv_cache", False)) and hasattr(model, "window_logits")
+
+
+def window_logits(model: Any, x: torch.Tensor, attn: torch.Tensor, out_cols: torch.Tensor) -> torch.Tensor:
+    """Logits ``[B, W, V]`` at canvas columns ``out_cols`` ``[B, W]`` from a full forward."""
+    if supports_cache(model):
+        return model.window_logits(x, attn, out_cols)[0]
+    logits = model(x, attention_mask=attn)
+    return logits.gather(1, out_cols[:, :, None].expand(-1, -1, logits.shape[-1]))
+
+
+def check_cache_support(model: Any, mode: str) -> None:
+    """Refuse a cache mode the model cannot serve, before any work."""
+    if mode != "none" and not supports_cache(model):
+        raise ParameterError(
+            f"cache={mode!r} needs a denoiser with a KV cache (the framework's own tiny, LLaDA or Dream "
+            f"implementations); {type(model).__name__} has none; allowed for it: cache='none'"
+        )
+
+
+class CacheSession:
+    """The KV cache of one decode call and when to refresh it (per row).
+
+    Args:
+        model: a windowed denoiser (:func:`supports_cache`), or any denoiser with ``mode='none'``.
+        mode: ``none``, ``prefix`` or ``dual`` (:data:`framework.engine.config.CACHE_MODES`).
+        refresh: refresh every this many steps inside a block too (``None``: block starts only).
+        batch: the decode call's batch size B (the cache holds one row per sample).
+    """
+
+    def __init__(self, model: Any, mode: str, refresh: Optional[int], batch: int, device: torch.device) -> None:
+        check_cache_support(model, mode)
+        self.model, self.mode, self.refresh = model, mode, refresh
+        self.cache: Any = None
+        self.cached_block = torch.full((batch,), -1, dtype=torch.long, device=device)
+        self.since = torch.zeros(batch, dtype=torch.long, device=device)
+        self.refreshes = torch.zeros(batch, dtype=torch.long, device=device)
+
+    def logits(
+        self, x: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, out_cols: torch.Tensor,
+        out_valid: torch.Tensor, block_index: torch.Tensor, lengths: torch.Tensor,
+    ) -> torch.Tensor:
+        """Window logits ``[b, W, V]`` for the batch rows ``rows`` (``x``, ``attn`` are the full
+        batch; ``out_cols`` / ``out_valid`` (the window's canvas columns and which are real),
+        ``block_index`` and ``lengths`` (real tokens per row) are per row of ``rows``). Every row
+        served here costs one forward (one NFE, counted by the loop)."""
+        if self.mode == "none":
+            return window_logits(self.model, x[rows], attn[rows], out_cols)
+        due = self.cached_block[rows] != block_index
+        if self.refresh is not None:
+            due |= self.since[rows] >= self.refresh
+        if self.cache is None:
+            due = torch.ones_like(due)
+        out: Optional[torch.Tensor] = None
+        for flag in (True, False):
+            pick = (due == flag).nonzero().squeeze(1)
+            if pick.numel() == 0:
+                continue
+            sub_rows = rows[pick]
+            if flag:
+                lg = self._refresh(x, attn, sub_rows, out_cols[pick], block_index[pick])
+            else:
+                lg = self._cached(x, attn, sub_rows, out_cols[pick], out_valid[pick], lengths[pick])
+            if out is None:
+                out = lg.new_empty((rows.numel(), *lg.shape[1:]))
+            out[pick] = lg
+        self.since[rows] += 1
+        return out  # type: ignore[return-value]
+
+    def _refresh(self, x, attn, rows, out_cols, block_index) -> torch.Tensor:
+        logits, cache = self.model.window_logits(x[rows], attn[rows], out_cols, use_cache=True)
+        if self.cache is None or rows.numel() == self.cached_block.numel():
+            self.cache = cache if rows.numel() == self.cached_block.numel() else self._full(cache, rows)
+        else:
+            self.cache.update_rows(rows, cache)
+        self.cached_block[rows] = block_index
+        self.since[rows] = 0
+        self.refreshes[rows] += 1
+        return logits
+
+    def _full(self, cache: Any, rows: torch.Tensor) -> Any:
+        """A batch-sized cache from a subset's (only when the first refresh serves a subset)."""
+        full = cache.select(torch.zeros(self.cached_block.numel(), dtype=torch.long, device=rows.device))
+        full.update_rows(rows, cache)
+        return full
+
+    def _cached(self, x, attn, rows, out_cols, out_valid, lengths) -> torch.Tensor:
+        start = out_cols[:, :1]  # the block's first canvas column per row
+        if self.mode == "prefix":  # the block and everything after it, ragged per row
+            span = int((lengths[:, None] - start).max())
+            query = start + torch.arange(span, device=x.device)[None, :]
+            valid = query < lengths[:, None]
+        else:  # dual: the block only
+            query, valid = out_cols, out_valid
+        query = torch.where(valid, query, (lengths - 1)[:, None].expand_as(query))  # ascending, pads last
+        whole = rows.numel() == self.cached_block.numel() and bool(
+            (rows == torch.arange(rows.numel(), device=rows.device)).all())
+        sub = self.cache if whole else self.cache.select(rows)
+        logits, sub = self.model.window_logits(x[rows], attn[rows], out_cols, cache=sub, query_cols=query,
+                                               query_valid=valid)
+        if not whole:
+            self.cache.update_rows(rows, sub)
+        return logits

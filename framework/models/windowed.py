@@ -1,0 +1,78 @@
+"""The windowed, cached call that the engine's KV-cache policy uses (:mod:`framework.engine.denoise`).
+
+A model that mixes in :class:`WindowedDenoiser` implements one primitive, :meth:`core` (the
+signature of :meth:`framework.models.arch.layers.MaskedDiffusionLM.forward`: queries, explicit
+positions, a key mask, an in-place :class:`~framework.models.arch.layers.KVCache` and the rows
+that reach the LM head), and gets from this mixin
+
+* the plain protocol: ``model(input_ids, attention_mask) -> logits [B, L, V]``;
+* ``window_logits(x, attention_mask, out_cols, cache=, query_cols=, query_valid=, use_cache=)``:
+  logits ``[B, W, V]`` at canvas columns ``out_cols`` only, from a full forward (optionally
+  returning a fresh cache: the refresh) or from the query columns against the cache.
+
+Positions are canvas columns: the loop pads rows on the right and masks the padding out of the
+keys, so a row's positions and attention are those of its single run (a batch of N equals N
+single runs, with or without the cache). ``logits_shift = 1`` (Dream) means hidden state ``i``
+predicts token ``i + 1``: the logits of column ``c`` come from the hidden state of ``c − 1``
+(column 0 keeps its own, as Dream's ``cat([logits[:, :1], logits[:, :-1]])``). Under the cache
+the column before the first query is then added as a query that is not written back, so the
+window's first position is predicted exactly (Fast-dLLM reads that row from the position's own
+hidden state instead; it never uses it, having committed the block's first token at refresh).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+Tensor = torch.Tensor
+
+
+class WindowedDenoiser:
+    """Mixin: the plain and the windowed call in terms of :meth:`core` (see the module doc)."""
+
+    supports_kv_cache = True
+    #: 1 when hidden state i predicts token i + 1 (Dream), 0 when it predicts token i (LLaDA, tiny)
+    logits_shift = 0
+
+    def core(self, input_ids: Tensor, *, position_ids: Optional[Tensor] = None, key_mask: Optional[Tensor] = None,
+             cache: Any = None, write_positions: Optional[Tensor] = None, write_valid: Optional[Tensor] = None,
+             output_positions: Optional[Tensor] = None, use_cache: bool = False) -> tuple[Tensor, Any]:
+        raise NotImplementedError
+
+    def full_logits(self, input_ids: Tensor, attention_mask: Optional[Tensor] = None) -> Tensor:
+        """The plain protocol: logits ``[B, L, V]`` of every column (shifted where the model shifts)."""
+        key_mask = None if attention_mask is None else attention_mask.bool()
+        logits, _ = self.core(input_ids, key_mask=key_mask)
+        if self.logits_shift:
+            logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
+        return logits
+
+    def window_logits(
+        self, x: Tensor, attention_mask: Optional[Tensor], out_cols: Tensor, *, cache: Any = None,
+        query_cols: Optional[Tensor] = None, query_valid: Optional[Tensor] = None, use_cache: bool = False,
+    ) -> tuple[Tensor, Any]:
+        """Logits ``[B, W, V]`` at canvas columns ``out_cols`` ``[B, W]`` of ``x`` ``[B, L]``, and the cache.
+
+        Without ``cache``: one forward over the whole canvas (``use_cache=True`` also returns a new
+        cache of all L columns: the refresh). With ``cache``: only ``query_cols`` ``[B, T]``
+        (ascending per row; ``query_valid`` marks the real ones) run; their keys and values are
+        written into the cache in place, and they attend over every column of the row.
+        """
+        key_mask = None if attention_mask is None else attention_mask.bool()
+        src = (out_cols - self.logits_shift).clamp(min=0)  # the hidden rows that predict out_cols
+        if cache is None:
+            return self.core(x, key_mask=key_mask, output_positions=src, use_cache=use_cache)
+        if query_cols is None:
+            raise ValueError("window_logits with a cache needs query_cols")
+        valid = torch.ones_like(query_cols, dtype=torch.bool) if query_valid is None else query_valid.bool()
+        if self.logits_shift:  # the column before the block predicts its first position: query it, never write it
+            prev = (query_cols[:, :1] - 1).clamp(min=0)
+            query_cols = torch.cat([prev, query_cols], dim=1)
+            valid = torch.cat([torch.zeros_like(prev, dtype=torch.bool), valid], dim=1)
+        rows = torch.searchsorted(query_cols.contiguous(), src.contiguous())
+        rows = rows.clamp(max=query_cols.shape[1] - 1)
+        logits, cache = self.core(x.gather(1, query_cols), position_ids=query_cols, key_mask=key_mask, cache=cache,
+                                  write_positions=query_cols, write_valid=valid, output_positions=rows)
+        return logits, cache
