@@ -1,26 +1,33 @@
 """The recent published adaptive decoders, as controllers (``kind = "baseline"``).
 
-* ``fast_dllm_factor``: Fast-dLLM's factor rule (Wu et al. 2025, NVlabs/Fast-dLLM
-  ``get_transfer_index_dynamic``). With the eligible confidences sorted descending
-  ``c_(1) ≥ … ≥ c_(m)``, commit the largest ``n`` with ``(n + 1)·(1 − c_(n)) < f``, at least one.
+* ``fast_dllm_factor``: Fast-dLLM's factor rule exactly as NVlabs/Fast-dLLM's code writes it
+  (Wu et al. 2025, ``llada/generate.py`` ``get_transfer_index_dynamic``). With the ``m`` eligible
+  confidences sorted descending ``c_(1) ≥ … ≥ c_(m)``, rank ``n`` passes when
+  ``c_(n) ≥ 1 − f/(n + 1)`` (non-strict; rank 1 always passes); the scan stops at the first rank
+  that fails and commits the ranks before it, except that when the first failure is the last
+  rank ``m`` every one of the ``m`` is committed (their ``top_i == len(threshs) − 1`` branch; so
+  with two eligible positions both are always committed).
 * ``fast_dllm_pp``: Fast-dLLM++ Fréchet profile decoding (Kasa et al. 2026, Ringo-Star/
   FastdLLM_plusplus ``get_transfer_index_frechet_profile``). Score the whole sorted profile,
   ``G_n = max(0, Σ_{j≤n} c_(j) − (n − 1)) − (1 − c_(n))`` (Fréchet lower bound on joint correctness
   minus the competing-event bound), commit the largest ``n`` with ``G_n > δ``, at least one.
-  With equal confidences ``c = 1 − ε``, ``G_n = 1 − (n + 1)ε``: exactly the factor rule with
-  ``f = 1 − δ``; otherwise it commits a superset (the heterogeneity bonus ``Σ_{j<n} c_(j) − c_(n)``).
+  With equal confidences ``c = 1 − ε``, ``G_n = 1 − (n + 1)ε``: the factor *paper's* strict
+  inequality ``(n + 1)ε < f`` with ``f = 1 − δ``. NVlabs' code (``fast_dllm_factor`` above) commits
+  a little more: on the boundary (non-strict) and when only the last rank fails (all of them).
 * ``cadllm``: CadLLM's adaptive block size ``B_t``, step budget ``S_t`` and threshold ``τ_t`` from
   running confidence (Shen et al. 2025, juchengshen/CadLLM ``generate_cadllm``).
-* ``leap``: LEAP-style early convergence: a threshold rule plus every position whose prediction
-  stayed the same for ``n_stable`` consecutive steps (Zhang et al. 2026, arXiv 2605.10980; the
-  paper's lookahead filtering and multi-sequence superposition are not implemented here).
+
+The temporal-stability rule that used to be registered here as ``leap`` is this project's
+heuristic, not LEAP: it is ``temporal_stability`` in :mod:`controllers.stability`.
 
 End-of-text prediction (learning-to-parallel-decode's EOS early stop) is an option of the loop,
 ``DecodeConfig.eos_fill`` / ``eos_fill_threshold``: it combines with every controller, so there is no
 wrapper controller for it.
 
-Both Fast-dLLM rules compare in float64 with a 1e-9 tolerance against the strict inequality, so
-an exactly-on-the-boundary profile (e.g. ``ε = 0.1, n = 9, f = 1``) is decided the same way by both.
+``fast_dllm_factor`` compares float64 confidences with float64 thresholds ``1 − f/(n + 1)``
+computed as NVlabs' Python floats are, with no tolerance. ``fast_dllm_pp`` compares in float64
+with a 1e-9 tolerance against its strict inequality, so an exactly-on-the-boundary equal profile
+(e.g. ``ε = 0.1, n = 9, δ = 0``) is not committed whatever the rounding of ``Σc``.
 """
 
 from __future__ import annotations
@@ -55,7 +62,10 @@ def commit_largest_n(f: StepFeatures, ok: torch.Tensor, n: torch.Tensor) -> tupl
 
 @CONTROLLERS.register("fast_dllm_factor", aliases=("fast_dllm_dynamic",))
 class FastDLLMFactor(Controller):
-    """Fast-dLLM factor rule: commit the largest n with (n + 1)(1 − c_(n)) < f (at least one)."""
+    """Fast-dLLM factor rule (NVlabs' code): the ranks before the first c_(n) < 1 − f/(n+1); all if that is the last.
+
+    Rank 1 always passes, so at least one position is committed (two when two are eligible).
+    """
 
     kind = "baseline"
     params = {
@@ -68,8 +78,13 @@ class FastDLLMFactor(Controller):
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         c, valid, n = sorted_profile(f)
-        ok = valid & ((n + 1.0) * (1.0 - c) < self.factor - TOL)
-        commit, n_star = commit_largest_n(f, ok, n)
+        thresh = 1.0 - self.factor / (n + 1.0)  # the same float64 operations as their Python floats
+        fail = valid & (c < thresh)
+        fail[:, 0] = False  # their threshs[0] = -1: the most confident always passes
+        m = f.n_eligible
+        first_fail = torch.where(fail.any(1), fail.long().argmax(1), m)  # 0-based index = ranks passed
+        n_star = torch.where(first_fail >= m - 1, m, first_fail)  # last rank alone failing: commit all
+        commit = select_topk(f.confidence, f.eligible, n_star)
         return Decision(commit=commit, info={"n_commit": n_star})
 
 
@@ -199,41 +214,3 @@ class CadLLM(Controller):
             nxt = nxt.clamp(self.min_block, self.max_block)
             info["next_block_length"] = nxt
         return Decision(commit=commit, next_block_length=nxt, info=info)
-
-
-@CONTROLLERS.register("leap", aliases=("early_convergence",))
-class LEAP(Controller):
-    """LEAP-style early convergence: commit p(x0) > τ, plus predictions unchanged for n steps.
-
-    Per sample and position the controller keeps the last prediction and the length of its current
-    run, ``run_t = run_{t−1} + 1`` if ``x0_t = x0_{t−1}`` else 1, over every masked position of the
-    canvas (so a later block starts with its history). A position is committed when it is eligible
-    and either ``p(x0) > τ`` (Fast-dLLM's threshold rule, at least the most confident) or
-    ``run_t ≥ n_stable`` with ``p(x0) ≥ min_confidence``. The paper detects convergence with
-    lookahead filtering and multi-sequence superposition; this is the temporal-stability variant.
-    """
-
-    kind = "baseline"
-    params = {
-        "threshold": Param(float, low=0.0, doc="base rule: Fast-dLLM threshold τ", tune=(0.7, 0.99)),
-        "n_stable": Param(int, low=2, doc="commit a prediction unchanged for n consecutive steps", tune=(2, 6)),
-        "min_confidence": Param(float, low=0.0, high=1.0, doc="floor on p(x0) for a stability commit",
-                                tune=(0.0, 0.5)),
-    }
-
-    def __init__(self, threshold: float = 0.9, n_stable: int = 3, min_confidence: float = 0.0) -> None:
-        self.threshold = threshold
-        self.n_stable = n_stable
-        self.min_confidence = min_confidence
-
-    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
-        mem = state.memory
-        prev = mem.get("leap.prev_x0", torch.zeros_like(f.x0))
-        run = mem.get("leap.run", torch.zeros_like(f.x0))
-        same = (f.x0 == prev) & (run > 0)
-        run = torch.where(f.masked, torch.where(same, run + 1, torch.ones_like(run)), torch.zeros_like(run))
-        mem["leap.prev_x0"], mem["leap.run"] = f.x0.clone(), run
-        base = (f.eligible & (f.confidence > self.threshold)) | select_topk(f.confidence, f.eligible, 1)
-        stable = f.eligible & (run >= self.n_stable) & (f.confidence >= self.min_confidence)
-        return Decision(commit=base | stable, info={"stable_commits": (stable & ~base).sum(1)})
-

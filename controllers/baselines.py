@@ -62,6 +62,23 @@ class Sequential(Controller):
         return Decision(commit=select_topk(f.confidence, f.eligible, 1))
 
 
+def end_token_ids(state: DecodeState) -> tuple[int, ...]:
+    """Every token id that ends the text: the loop's ``eos_token_id`` plus the model's
+    ``eos_token_ids`` (LLaDA-Instruct ends answers with ``<|eot_id|>`` as well as ``<|endoftext|>``).
+
+    Read from ``state.eos_token_ids`` when the loop provides it, else from the model the loop puts in
+    ``state.extras["model"]`` (or an ``eos_token_ids`` entry of ``extras``).
+    """
+    ids: list[int] = [] if state.eos_token_id is None else [int(state.eos_token_id)]
+    model = state.extras.get("model")
+    for source in (getattr(state, "eos_token_ids", None), state.extras.get("eos_token_ids"),
+                   getattr(model, "eos_token_ids", None)):
+        for i in source or ():
+            if i is not None and int(i) not in ids:
+                ids.append(int(i))
+    return tuple(ids)
+
+
 def llada_transfer_count(n_at_start: torch.Tensor, block_step: torch.Tensor, steps: int) -> torch.Tensor:
     """LLaDA's ``get_num_transfer_tokens``: tokens to commit at ``block_step`` of a block that
     started with ``n_at_start`` masked tokens, spread over ``steps`` steps."""
@@ -72,14 +89,24 @@ def llada_transfer_count(n_at_start: torch.Tensor, block_step: torch.Tensor, ste
 
 @CONTROLLERS.register("llada")
 class LLaDA(Controller):
-    """LLaDA: fixed steps per block, commit the k most confident (low-confidence remasking)."""
+    """LLaDA: fixed steps per block, commit the k most confident (low-confidence remasking).
+
+    ``confidence_eos_inf`` is LLaDA's ``confidence_eos_eot_inf`` (paper, Appendix B.4): a position
+    whose prediction is an end-of-text token, ``<|endoftext|>`` (126081) or ``<|eot_id|>`` (126348)
+    for LLaDA-Instruct, i.e. any of :func:`end_token_ids`, is ranked below every other, so answers
+    are written before their end. (ML-GSAI/LLaDA's ``generate.py`` sets the EOS logit to −inf only
+    in ``logits_with_noise`` after ``x0`` is drawn, where it has no effect, and the EOT logit in
+    ``logits`` before the softmax, which also renormalises the other probabilities; we follow the
+    stated intent for both ids and rank by the unrenormalised confidence.)
+    """
 
     kind = "baseline"
     params = {
         "steps": Param(int, low=1, doc="total steps over all blocks (a multiple of the block count)",
                        tune=(8, 64)),
         "remasking": Param(str, choices=("low_confidence", "random"), doc="which tokens stay masked"),
-        "confidence_eos_inf": Param(bool, doc="rank EOS last (LLaDA's confidence_eos_eot_inf)"),
+        "confidence_eos_inf": Param(bool, doc="rank end-of-text predictions last: EOS and the model's other "
+                                              "end tokens, e.g. LLaDA's eot_id (LLaDA's confidence_eos_eot_inf)"),
     }
 
     def __init__(self, steps: int = 32, remasking: str = "low_confidence", confidence_eos_inf: bool = False) -> None:
@@ -99,8 +126,10 @@ class LLaDA(Controller):
             scores = uniform(state.seeds, f.step, RANDOM_REMASK_SALT, (f.x0.shape[1],))
         else:
             scores = f.confidence
-        if self.confidence_eos_inf and state.eos_token_id is not None:
-            scores = torch.where(f.x0 == state.eos_token_id, torch.full_like(scores, -1.0), scores)
+        ends = end_token_ids(state) if self.confidence_eos_inf else ()
+        if ends:  # an end-of-text prediction gets confidence below any real one: committed last
+            is_end = torch.isin(f.x0, torch.tensor(ends, dtype=f.x0.dtype, device=f.x0.device))
+            scores = torch.where(is_end, torch.full_like(scores, -1.0), scores)
         return Decision(commit=select_topk(scores, f.eligible, k), info={"k": k})
 
 

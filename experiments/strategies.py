@@ -42,8 +42,9 @@ BASELINES: tuple[Strategy, ...] = (
     Strategy("fast_dllm_factor (f=1)", "fast_dllm_factor", {"factor": 1.0}),
     Strategy("fast_dllm_pp (δ=0.25)", "fast_dllm_pp", {"margin": 0.25}),
     Strategy("cadllm", "cadllm", {}),
-    Strategy("leap (τ=0.9, n=3)", "leap", {"threshold": 0.9, "n_stable": 3}),
 )
+# The temporal-stability rule once listed here as "leap" is this project's heuristic, not LEAP (see
+# controllers/stability.py); benchmark.yaml runs it with the other heuristics as temporal_stability.
 
 #: end-of-text prediction on/off pairs (issue 7): the same controller with ``eos_fill``
 EOS_PAIRS: tuple[Strategy, ...] = (

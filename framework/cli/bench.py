@@ -10,6 +10,8 @@ import argparse
 import json
 import sys
 
+from framework.cli.options import add_model_args, load_cli_model, model_options
+
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -23,7 +25,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--task", default="addition", help="task name (see 'adec list tasks'; default: addition)")
-    p.add_argument("--model", default=None, help="model (default: tiny-<task>)")
+    add_model_args(p, model_default=None,
+                   model_help="a folder, a built-in name or a hub name org/name from the local Hugging Face "
+                              "cache (default: tiny-<task>)")
     p.add_argument("--controller", action="append", default=[], metavar="NAME[:k=v,...]",
                    help="strategies to compare instead of the baseline suite, e.g. "
                         "--controller fast_dllm:threshold=0.8 (repeatable)")
@@ -33,7 +37,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=100, help="batch size (default: 100)")
     p.add_argument("--repeats", type=int, default=3, help="timing repeats; the median is reported (default: 3)")
     p.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
-    p.add_argument("--device", default="cpu")
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON here")
     p.add_argument("--eos-pairs", action="store_true",
                    help="also run strategies with end-of-text fill (eos_fill=true) to show its NFE saving")
@@ -58,12 +61,12 @@ def run(args: argparse.Namespace) -> int:
     from framework.engine.controller_io import build_controller
     from framework.engine.evaluate import evaluate
     from framework.tasks.base import get_task
-    from framework.training.zoo import load_model
 
     if args.n < 1 or args.repeats < 1 or args.batch_size < 1:
         raise CLIError("--n, --repeats and --batch-size must be ≥ 1")
+    options = model_options(args)
     task = get_task(args.task)
-    loaded = load_model(args.model or f"tiny-{task.name}", device=args.device)
+    loaded = load_cli_model(args.model or f"tiny-{task.name}", options)
     cfg_kw = {"gen_length": task.gen_length, "block_length": task.default_block_length, "seed": args.seed}
     cfg_kw.update(parse_assignments(args.sets))
     config = DecodeConfig.build(**cfg_kw)

@@ -10,6 +10,8 @@ from framework.cli.options import (
     add_decoding_args,
     add_lookahead_args,
     build_lookahead,
+    load_cli_model,
+    model_options,
     resolve_decoding,
 )
 
@@ -20,8 +22,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         description=(
             "Decode prompts with a masked diffusion LM and a controller. Prompts come from --prompt "
             "(repeatable) or a JSONL file of {\"prompt\": ..., \"id\": ...} lines.\n\n"
-            "Example:\n  adec decode --model tiny-addition --prompt '123+456=' "
-            "--controller fast_dllm --set threshold=0.9 --json"
+            "--model is a folder, a built-in name or a hub name org/name from the local Hugging Face "
+            "cache (never downloaded). An instruct model's prompts are wrapped in its chat template "
+            "unless --no-chat-template.\n\n"
+            "Examples:\n  adec decode --model tiny-addition --prompt '123+456=' "
+            "--controller fast_dllm --set threshold=0.9 --json\n"
+            "  adec decode --model GSAI-ML/LLaDA-8B-Instruct --prompt 'What is 12*7?' "
+            "--controller fast_dllm --set gen_length=64 --set block_length=32"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -39,8 +46,8 @@ def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
     from framework.engine.evaluate import item_seeds
     from framework.engine.loop import decode
-    from framework.training.zoo import load_model
 
+    options = model_options(args)  # a device this machine lacks fails here, before any work
     prompts: list[str] = list(args.prompt)
     ids: list[str] = [f"prompt-{i}" for i in range(len(prompts))]
     if args.prompt_file:
@@ -53,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("no prompts: give --prompt TEXT (repeatable) or --prompt-file FILE.jsonl")
     if args.batch_size < 1:
         raise CLIError(f"--batch-size={args.batch_size} must be ≥ 1")
-    loaded = load_model(args.model, device=args.device)
+    loaded = load_cli_model(args.model, options)
     defaults = {}
     task = getattr(loaded, "task", None)
     if task:
@@ -81,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
                     "text": text, "nfe": int(res.nfe[i]), "steps": int(res.steps[i]),
                     "tokens_per_forward": float(res.tokens_per_forward[i]),
                     "controller": setup.controller_name,
+                    "chat_template": bool(getattr(tok, "chat", False)),
                 }))
             else:
                 print(f"{p}{text}\t(nfe={int(res.nfe[i])})")

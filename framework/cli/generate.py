@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from framework.cli.options import add_decoding_args, build_lookahead, resolve_decoding
+from framework.cli.options import add_decoding_args, build_lookahead, load_cli_model, model_options, resolve_decoding
 from framework.core.params import parse_assignments
 from framework.engine.controller_io import build_controller
 from framework.jobs.errors import JobInputError, OutputFileError
@@ -93,11 +93,10 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=run)
 
 
-def load_model_for(name: str, device: str) -> Any:
-    """The model of ``--model`` (a seam for tests: replace to inject a model)."""
-    from framework.training.zoo import load_model
-
-    return load_model(name, device)
+def load_model_for(name: str, device: str, **options: Any) -> Any:
+    """The model of ``--model`` (a seam for tests: replace to inject a model); ``options`` are
+    ``dtype``, ``trust_remote_code`` and ``chat`` (see :func:`framework.training.zoo.load_model`)."""
+    return load_cli_model(name, {"device": device, **options})
 
 
 def task_defaults(model: str, sets: list[str]) -> dict[str, Any]:
@@ -136,6 +135,7 @@ def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
 
     check_job_options(args.batch_size, args.item_timeout, args.job_timeout, args.max_retries, names=FLAGS)
+    options = model_options(args)
     items, problems = read_prompts(args.input, on_error=args.on_bad_line)
     for prob in problems:
         print(f"adec generate: skipping {args.input}:{prob.line}: {prob.reason}", file=sys.stderr)
@@ -149,7 +149,8 @@ def run(args: argparse.Namespace) -> int:
     lookahead = build_lookahead(args)
     if lookahead is not None:
         lookahead.validate()
-    loaded = load_model_for(args.model, args.device)
+    device = options.pop("device")
+    loaded = load_model_for(args.model, device, **options)
 
     previous = None
     try:  # SIGTERM (batch schedulers, `kill`) stops like Ctrl-C: flushed rows, resumable

@@ -1,4 +1,9 @@
-"""Options shared by the decoding commands: ``--model``, ``--controller``, ``--set``, ``--seed``.
+"""Options shared by the decoding commands: ``--model``, ``--dtype``, ``--device``,
+``--trust-remote-code``, ``--no-chat-template``, ``--controller``, ``--set``, ``--seed``.
+
+``--model`` is a folder (this project's format or a Hugging Face checkpoint), a built-in name
+(``adec list models``) or a hub name ``org/name`` found in the local Hugging Face cache; nothing is
+downloaded. ``--dtype`` and ``--device`` are checked when the command line is parsed, before any work.
 
 ``--set key=value`` reaches both the loop's :class:`framework.engine.config.DecodeConfig` and the
 controller's own parameters; a key that neither knows fails with both lists.
@@ -7,6 +12,7 @@ controller's own parameters; a key that neither knows fails with both lists.
 from __future__ import annotations
 
 import argparse
+import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -16,13 +22,71 @@ from framework.engine.controller import CONTROLLERS, Controller
 from framework.engine.controller_io import build_controller
 
 DEFAULT_MODEL = "tiny-addition"
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # = framework.models.hub_loading.DTYPES
+DEVICES = "auto, cpu, cuda, cuda:N, mps"
+
+
+def device_arg(text: str) -> str:
+    """``--device`` syntax (availability is checked when the model is loaded, still before decoding)."""
+    if text in ("auto", "cpu", "mps") or re.fullmatch(r"cuda(:\d+)?", text):
+        return text
+    raise argparse.ArgumentTypeError(f"invalid device {text!r}; allowed: {DEVICES}")
+
+
+def add_model_args(g: Any, *, model_default: Optional[str] = DEFAULT_MODEL, model_help: Optional[str] = None) -> None:
+    """``--model``, ``--dtype``, ``--device``, ``--trust-remote-code``, ``--no-chat-template``."""
+    g.add_argument("--model", default=model_default,
+                   help=model_help or (
+                       f"a folder (this project's format or a Hugging Face checkpoint), a built-in name "
+                       f"(see 'adec list models'; trained on first use) or a hub name org/name from the local "
+                       f"Hugging Face cache (HF_HUB_CACHE / HF_HOME; never downloaded) (default: {model_default})"))
+    g.add_argument("--dtype", default="auto", choices=DTYPES,
+                   help="weights dtype of a Hugging Face checkpoint: auto = bfloat16 on a GPU, float32 on CPU "
+                        "(the tiny models stay float32 unless one is named) (default: auto)")
+    g.add_argument("--device", default="auto", type=device_arg,
+                   help=f"{DEVICES}; auto = CUDA when torch.cuda.is_available(), else CPU (default: auto)")
+    g.add_argument("--trust-remote-code", action="store_true",
+                   help="let a checkpoint run the modeling code it ships (auto_map in config.json); without "
+                        "it such a checkpoint is refused. LLaDA and Dream load with the framework's own "
+                        "implementation and do not need it")
+    g.add_argument("--no-chat-template", dest="chat_template", action="store_false",
+                   help="do not wrap prompts in the tokenizer's chat template (by default an instruct "
+                        "model's prompt becomes one user turn plus the generation prompt)")
+
+
+def model_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The keyword arguments of :func:`framework.training.zoo.load_model` from the parsed flags,
+    with the device resolved (``auto``) and checked on this machine."""
+    from framework.cli.errors import CLIError
+    from framework.models.hub_adapters import HubModelError
+    from framework.models.hub_loading import resolve_device
+
+    try:
+        device = resolve_device(getattr(args, "device", "auto"))
+    except HubModelError as exc:
+        raise CLIError(f"--device: {exc}") from None
+    return {"device": device, "dtype": getattr(args, "dtype", "auto"),
+            "trust_remote_code": bool(getattr(args, "trust_remote_code", False)),
+            "chat": None if getattr(args, "chat_template", True) else False}
+
+
+def load_cli_model(name: str, options: dict[str, Any]) -> Any:
+    """:func:`framework.training.zoo.load_model` with its loading errors as one-line CLI errors."""
+    from framework.cli.errors import CLIError
+    from framework.models.hub_adapters import HubModelError
+    from framework.training.zoo import load_model
+
+    try:
+        return load_model(name, **options)
+    except HubModelError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise  # ModelNotCachedError: reported as is (it says how to fetch the model)
+        raise CLIError(f"--model {name}: {exc}") from None
 
 
 def add_decoding_args(p: argparse.ArgumentParser, *, default_controller: str = "fast_dllm") -> None:
     g = p.add_argument_group("decoding")
-    g.add_argument("--model", default=DEFAULT_MODEL,
-                   help=f"registered model name (see 'adec list models') or a local folder of a "
-                        f"Hugging Face model (default: {DEFAULT_MODEL}, trained on first use)")
+    add_model_args(g)
     g.add_argument("--controller", default=default_controller,
                    help=f"registered controller (see 'adec list controllers') or tuned:PATH.yaml "
                         f"(default: {default_controller})")
@@ -30,7 +94,6 @@ def add_decoding_args(p: argparse.ArgumentParser, *, default_controller: str = "
                    help="decoding option or controller parameter, repeatable: "
                         "--set gen_length=32 --set block_length=8 --set threshold=0.9")
     g.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
-    g.add_argument("--device", default="cpu", help="torch device (default: cpu)")
 
 
 def add_lookahead_args(p: argparse.ArgumentParser) -> None:

@@ -166,6 +166,10 @@ def run_generation_job(
         "config": _jsonable(config.get_params()), "lookahead": _describe_lookahead(lookahead, lookahead_spec),
         "fallback": _jsonable(fallback.to_dict()) if fallback is not None else None,
     }
+    info = getattr(loaded_model, "info", None) or {}
+    loading = {k: info[k] for k in ("dtype", "chat_template") if k in info}  # hub checkpoints: --dtype, chat
+    if loading:  # (absent for the tiny models, so their results files keep their settings hash)
+        settings["loading"] = loading
     settings_hash = _hash(settings)
     works, problems = _plan(items, factory, base_ctrl, config, int(denoiser.mask_token_id), settings_hash)
     if problems and on_error == "refuse":

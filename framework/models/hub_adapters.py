@@ -2,14 +2,17 @@
 
 Every adapter is an ``nn.Module`` with ``logits = adapter(input_ids, attention_mask=None)`` of shape
 ``[B, L, V]`` and the attributes ``mask_token_id``, ``vocab_size``, ``eos_token_id``,
-``pad_token_id`` and ``device``; it hides its model's quirks so that the decoding loop never sees
+``eos_token_ids`` (every id that ends the text, ``eos_token_id`` first), ``pad_token_id`` and
+``device``; it hides its model's quirks so that the decoding loop never sees
 them:
 
 * :class:`HFMaskedLMDenoiser` (``masked_lm``): any ``AutoModelForMaskedLM`` (BERT, RoBERTa,
   ModernBERT ...); the mask token is the tokenizer's.
 * :class:`LLaDADenoiser` (``llada``): LLaDA-style ``trust_remote_code`` checkpoints, called as
   LLaDA's ``generate.py`` does, ``model(x, attention_mask=...).logits``; bidirectional; the mask
-  id is the fixed ``126336`` unless ``config.mask_token_id`` says otherwise.
+  id is the fixed ``126336`` unless ``config.mask_token_id`` says otherwise; its end tokens
+  (``eos_token_ids``) are ``<|endoftext|>`` and, where the tokenizer has it, ``<|eot_id|>``
+  (LLaDA-Instruct ends its answers with it).
 * :class:`DreamDenoiser` (``dream``): Dream-style checkpoints, called as Dream's
   ``diffusion_generate`` does, ``model(x, attention_mask, tok_idx).logits`` with
   ``attention_mask = "full"`` or a boolean ``[B, 1, L, L]`` mask; Dream predicts position ``i``
@@ -33,7 +36,7 @@ that is not in the local cache fails with :class:`ModelNotCachedError` saying ho
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 from torch import nn
@@ -42,6 +45,7 @@ from framework.core.registry import Registry
 from framework.core.rng import mix64, uniform
 
 LLADA_MASK_TOKEN_ID = 126336
+LLADA_EOT_TOKEN = "<|eot_id|>"  # LLaDA-Instruct's end of turn (id 126348), besides <|endoftext|> (126081)
 NOISE_SALT = 0xD1FF6E
 
 
@@ -66,6 +70,7 @@ class HubDenoiser(nn.Module):
         mask_token_id: the id the loop writes at undecided positions.
         vocab_size: V, the width of the returned logits.
         eos_token_id, pad_token_id: where the model has them.
+        eos_token_ids: further ids that also end the text (``eos_token_id`` is always the first).
         max_length: the model's context length (longer canvases fail with a clear error).
         suppress_mask: never predict the mask token (its logit set to the dtype's minimum), so a
             committed position is never written back as a mask.
@@ -85,12 +90,14 @@ class HubDenoiser(nn.Module):
         pad_token_id: Optional[int] = None,
         max_length: Optional[int] = None,
         suppress_mask: bool = True,
+        eos_token_ids: Sequence[int] = (),
     ) -> None:
         super().__init__()
         self.model = model.eval()
         self.mask_token_id = int(mask_token_id)
         self.vocab_size = int(vocab_size)
         self.eos_token_id = None if eos_token_id is None else int(eos_token_id)
+        self.eos_token_ids = _unique_ids(self.eos_token_id, *eos_token_ids)
         self.pad_token_id = None if pad_token_id is None else int(pad_token_id)
         self.max_length = max_length
         self.suppress_mask = suppress_mask
@@ -160,6 +167,25 @@ def _first_id(*values: Any) -> Optional[int]:
     return None
 
 
+def _unique_ids(*values: Any) -> tuple[int, ...]:
+    """Every id that is set, in order, once (lists are flattened)."""
+    out: list[int] = []
+    for value in values:
+        for v in value if isinstance(value, (list, tuple)) else (value,):
+            if v is not None and int(v) not in out:
+                out.append(int(v))
+    return tuple(out)
+
+
+def _token_id(tokenizer: Any, token: str) -> Optional[int]:
+    """The id of ``token`` when the tokenizer's vocabulary has it (never the unknown token's id)."""
+    try:
+        vocab = tokenizer.get_vocab()
+    except (AttributeError, NotImplementedError, TypeError):
+        return None
+    return vocab.get(token)
+
+
 def _text(config: dict) -> str:
     """``model_type`` + ``architectures`` + ``auto_map`` targets, lower-cased, for matching."""
     parts = [str(config.get("model_type", ""))] + [str(a) for a in config.get("architectures") or []]
@@ -222,10 +248,13 @@ class LLaDADenoiser(HubDenoiser):
     @classmethod
     def special_ids(cls, config: Any, tokenizer: Any) -> dict:
         mask = _get(config, "mask_token_id")
+        eos = _first_id(_get(config, "eos_token_id"), getattr(tokenizer, "eos_token_id", None))
         return {
             "mask_token_id": LLADA_MASK_TOKEN_ID if mask is None else mask,
             "vocab_size": _get(config, "embedding_size", "vocab_size"),
-            "eos_token_id": _first_id(_get(config, "eos_token_id"), getattr(tokenizer, "eos_token_id", None)),
+            "eos_token_id": eos,
+            "eos_token_ids": _unique_ids(eos, _get(config, "eos_token_id"), getattr(tokenizer, "eos_token_id", None),
+                                         _token_id(tokenizer, LLADA_EOT_TOKEN)),
             "pad_token_id": _first_id(getattr(tokenizer, "pad_token_id", None), _get(config, "pad_token_id")),
             "max_length": _get(config, "max_sequence_length", "max_position_embeddings"),
         }

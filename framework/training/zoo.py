@@ -10,8 +10,9 @@ A saved tiny denoiser is a folder (loadable with torch and json alone, no Lightn
 
 Built-in names (``tiny-addition``, ``tiny-sorting``, ``tiny-sudoku``, ``tiny-pairs``) live in
 ``default_cache_dir()/models/<name>``; :func:`load_model` trains them on first use (about 10 CPU
-minutes each) and reuses them afterwards. A folder holding a Hugging Face ``config.json`` is
-delegated to :func:`framework.models.hub_loading.load_hub_model`. Nothing here ever deletes a file.
+minutes each) and reuses them afterwards. A folder holding a Hugging Face ``config.json``, or a
+hub name ``org/name`` found in the local Hugging Face cache, is delegated to
+:func:`framework.models.hub_loading.load_hub_model`. Nothing here ever downloads or deletes a file.
 """
 
 from __future__ import annotations
@@ -64,21 +65,40 @@ MODELS.add("tiny-pairs", ModelSpec("pairs", "paired phrases (New York / San Fran
 
 
 def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = True,
-               progress: bool = True) -> LoadedModel:
-    """A ready :class:`LoadedModel` from a built-in name or a local folder.
+               progress: bool = True, *, dtype: Any = None, trust_remote_code: bool = False,
+               chat: Optional[bool] = None) -> LoadedModel:
+    """A ready :class:`LoadedModel` from a folder, a built-in name or a cached hub name.
 
+    Tried in this order:
+
+    * a folder in this project's format: loaded directly;
+    * a folder with a Hugging Face ``config.json``: :func:`framework.models.hub_loading.load_hub_model`;
     * a built-in name (``tiny-addition`` ...): loaded from the cache, trained first if missing and
       ``train_if_missing`` (else :class:`CheckpointError` naming the missing file);
-    * a folder in this project's format: loaded directly;
-    * a folder with a Hugging Face ``config.json``: :func:`framework.models.hub_loading.load_hub_model`.
+    * a hub name ``org/name``: its snapshot in the local Hugging Face cache (``HF_HUB_CACHE`` /
+      ``HF_HOME``), never downloaded; a missing one raises
+      :class:`framework.models.hub_adapters.ModelNotCachedError` with the command that fetches it.
+
+    Args:
+        device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:N``.
+        dtype: for Hugging Face checkpoints ``auto`` = bfloat16 on a GPU, float32 on CPU; the tiny
+            models stay in float32 unless a dtype is named (``float32``, ``bfloat16``, ``float16``).
+        trust_remote_code: let a checkpoint run its own modeling code (off: such a checkpoint is
+            refused with a message naming ``--trust-remote-code``).
+        chat: wrap prompts in the tokenizer's chat template; ``None`` = when it has one.
 
     A missing or corrupt file raises :class:`CheckpointError` naming it; nothing is deleted.
-    Unknown names raise :class:`framework.core.registry.UnknownNameError` listing the known models.
+    A name that is none of these raises an error listing what was tried.
     """
+    from framework.models.hub_loading import looks_like_hub_name, resolve_device, resolve_dtype
+
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)  # validates the name before any work
+    hub = dict(device=device, dtype=dtype, trust_remote_code=trust_remote_code, chat=chat)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if is_saved_model(path):
-            return load_pretrained(path, device=device)
+            return _cast(load_pretrained(path, device=device), dtype, torch_dtype)
         cfg = path / CONFIG_FILE
         if not cfg.is_file():
             raise CheckpointError(f"{cfg}: file not found (a model folder needs a config.json: this "
@@ -86,17 +106,27 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
         _read_json(cfg)  # a corrupt config.json is reported here, naming the file
         from framework.models.hub_loading import load_hub_model
 
-        return load_hub_model(str(path), device=device)
+        return load_hub_model(str(path), **hub)
     if name_or_path == "tiny-text":  # the character-level English model has its own tokenizer
         from framework.training.text_model import load_text_model
 
-        return load_text_model(device=device, train_if_missing=train_if_missing, progress=progress)
+        loaded = load_text_model(device=device, train_if_missing=train_if_missing, progress=progress)
+        return _cast(loaded, dtype, torch_dtype)
     if name_or_path not in MODELS:
+        if looks_like_hub_name(name_or_path) and not path.exists():
+            from framework.models.hub_adapters import ModelNotCachedError
+            from framework.models.hub_loading import load_hub_model
+
+            try:
+                return load_hub_model(name_or_path, **hub)
+            except ModelNotCachedError as exc:  # it says how to fetch the model; add what else was tried
+                raise ModelNotCachedError(
+                    f"{exc}. Also tried: a folder {path.resolve()} (does not exist); a built-in model name "
+                    f"(known: {', '.join(MODELS.names())}, tiny-text)") from None
+        tried = _tried(name_or_path, path)
         if _looks_like_path(name_or_path) or path.exists():
-            raise CheckpointError(f"{path}: no such model folder")
-        raise UnknownNameError(
-            f"unknown model {name_or_path!r} (and no such folder); known models: {', '.join(MODELS.names())}"
-        )
+            raise CheckpointError(f"{path}: no such model folder. Tried: {tried}")
+        raise UnknownNameError(f"unknown model {name_or_path!r} (and no such folder). Tried: {tried}")
     spec: ModelSpec = MODELS.get(name_or_path)
     folder = model_dir(name_or_path)
     if not (folder / CONFIG_FILE).exists():
@@ -115,6 +145,27 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
             f"{folder}: trained with an older recipe than the current default of {name_or_path!r}; "
             f"it is used as is (move the folder away to retrain)", UserWarning, stacklevel=2,
         )
+    return _cast(loaded, dtype, torch_dtype)
+
+
+def _tried(name: str, path: Path) -> str:
+    """What :func:`load_model` looked for, for its error message."""
+    from framework.models.hub_loading import hub_cache_dir, looks_like_hub_name
+
+    folder = f"a folder {path.resolve()} ({'exists but is not a directory' if path.exists() else 'does not exist'})"
+    known = f"a built-in model name (known: {', '.join(MODELS.names())}, tiny-text)"
+    if looks_like_hub_name(name):
+        hub = f"a hub name in the local Hugging Face cache {hub_cache_dir()} (skipped: a file of that name exists)"
+    else:
+        hub = f"a hub name (not tried: {name!r} is not of the form org/name)"
+    return f"{folder}; {known}; {hub}"
+
+
+def _cast(loaded: LoadedModel, dtype: Any, torch_dtype: Any) -> LoadedModel:
+    """The tiny models keep float32 unless a dtype is named explicitly (``auto`` leaves them)."""
+    if dtype not in (None, "auto") and torch_dtype is not None:
+        loaded.denoiser.to(torch_dtype)
+        loaded.info["dtype"] = str(torch_dtype)
     return loaded
 
 

@@ -1,7 +1,9 @@
 """Exact decisions of the published adaptive decoders on designed confidences, and their loops.
 
-fast_dllm_factor, fast_dllm_pp (with the equal-confidence equivalence), cadllm (adaptive blocks
-keep every loop invariant) and leap (early convergence on a toy whose prediction settles).
+fast_dllm_factor (NVlabs' code, also checked against a loop reference in
+test_fast_dllm_factor_reference.py), fast_dllm_pp (with the equal-confidence equivalence to the
+factor paper's inequality), cadllm (adaptive blocks keep every loop invariant) and the
+temporal_stability heuristic (early commits on a toy whose prediction settles; once named leap).
 """
 
 from __future__ import annotations
@@ -62,13 +64,21 @@ def positions(mask, row=0):
 
 
 # --------------------------------------------------------------------------- registry facts
-@pytest.mark.parametrize("name", ["fast_dllm_factor", "fast_dllm_pp", "cadllm", "leap"])
-def test_registered_as_published_baselines(name):
+@pytest.mark.parametrize("name, kind", [("fast_dllm_factor", "baseline"), ("fast_dllm_pp", "baseline"),
+                                        ("cadllm", "baseline"), ("temporal_stability", "heuristic")])
+def test_registered_kinds(name, kind):
     cls = CONTROLLERS.get(name)
-    assert cls.kind == "baseline"
+    assert cls.kind == kind
     ctrl = build_controller(name)
     assert type(ctrl).build(**ctrl.get_params()) == ctrl  # round trip
     assert set(cls.search_space()) <= set(cls.params)
+
+
+def test_stability_heuristic_does_not_claim_to_be_leap():
+    assert "leap" not in CONTROLLERS and "early_convergence" not in CONTROLLERS
+    assert CONTROLLERS.get("stability") is CONTROLLERS.get("temporal_stability")
+    doc = CONTROLLERS.get("temporal_stability").__doc__
+    assert "not LEAP" in doc.splitlines()[0]
 
 
 # --------------------------------------------------------------------------- fast_dllm_factor
@@ -76,8 +86,9 @@ def test_factor_rule_designed_profile():
     # sorted: 0.95, 0.8, 0.7, 0.3 -> (n+1)(1-c): 0.1, 0.6, 1.2, 3.5 -> n* = 2 with f = 1
     f = feats([0.7, 0.95, 0.3, 0.8])
     assert positions(decide("fast_dllm_factor", f, factor=1.0).commit) == [1, 3]
-    # f = 1.5 admits n = 3 (1.2 < 1.5), not n = 4
-    assert positions(decide("fast_dllm_factor", f, factor=1.5).commit) == [0, 1, 3]
+    # f = 1.5: ranks 2 and 3 pass (0.8 ≥ 0.5, 0.7 ≥ 0.625), only the last fails (0.3 < 0.7):
+    # NVlabs' code then commits all four
+    assert positions(decide("fast_dllm_factor", f, factor=1.5).commit) == [0, 1, 2, 3]
     # f = 0.05: even n = 1 fails (0.1), still commits the most confident
     assert positions(decide("fast_dllm_factor", f, factor=0.05).commit) == [1]
 
@@ -99,24 +110,29 @@ def _reference_largest_n(sorted_conf, rule):
     return best
 
 
-def test_both_rules_match_a_plain_reading_of_the_papers_on_random_profiles():
+def _paper_factor_n(sorted_conf, factor):
+    """The factor *paper's* inequality, strict: the largest n with (n + 1)(1 − c_(n)) < f (≥ 1)."""
+    return _reference_largest_n(sorted_conf, lambda n, cs: (n + 1) * (1 - cs[-1]) < factor - 1e-9)
+
+
+def test_profile_rule_matches_a_plain_reading_of_the_paper_on_random_profiles():
     g = torch.Generator().manual_seed(0)
     conf = 0.3 + 0.7 * torch.rand(64, 12, generator=g, dtype=torch.float64) ** 0.3
     elig = torch.rand(64, 12, generator=g) < 0.7
     elig[:, 0] = True
     f = feats(conf, eligible=elig)
-    fac = decide("fast_dllm_factor", f, factor=1.0).info["n_commit"]
     pp = decide("fast_dllm_pp", f, margin=0.1).info["n_commit"]
     c_feat = f.confidence.double()
     for b in range(64):
         c = sorted(c_feat[b][elig[b]].tolist(), reverse=True)
-        assert fac[b] == _reference_largest_n(c, lambda n, cs: (n + 1) * (1 - cs[-1]) < 1.0)
         assert pp[b] == _reference_largest_n(c, lambda n, cs: max(0.0, sum(cs) - (n - 1)) - (1 - cs[-1]) > 0.1)
 
 
 # --------------------------------------------------------------------------- fast_dllm_pp
-def test_profile_rule_equals_factor_rule_on_equal_confidences():
-    """G_n = 1 − (n+1)ε when every c = 1 − ε: fast_dllm_pp(δ) ≡ fast_dllm_factor(1 − δ)."""
+def test_profile_rule_equals_the_papers_factor_inequality_on_equal_confidences():
+    """G_n = 1 − (n+1)ε when every c = 1 − ε: fast_dllm_pp(δ) ≡ the paper's (n+1)ε < 1 − δ.
+    NVlabs' factor code (fast_dllm_factor) commits a superset: non-strict, and all when only the
+    last rank fails."""
     g = torch.Generator().manual_seed(1)
     rows = 200
     c = 0.5 + 0.5 * torch.rand(rows, 1, generator=g, dtype=torch.float64)
@@ -126,17 +142,21 @@ def test_profile_rule_equals_factor_rule_on_equal_confidences():
     elig = torch.arange(24)[None] < n_elig[:, None]
     elig = elig[:, torch.randperm(24, generator=g)]  # eligible positions scattered
     f = feats(conf, eligible=elig)
+    c_feat = f.confidence.double()
     for margin in (0.0, 0.1, 0.25, 0.5, 0.9):
         pp = decide("fast_dllm_pp", f, margin=margin)
         fac = decide("fast_dllm_factor", f, factor=1.0 - margin)
-        assert torch.equal(pp.commit, fac.commit), margin
+        for b in range(rows):
+            c = sorted(c_feat[b][elig[b]].tolist(), reverse=True)
+            assert int(pp.info["n_commit"][b]) == _paper_factor_n(c, 1.0 - margin), (margin, b)
+        assert not (pp.commit & ~fac.commit).any(), margin  # same order, the code commits ≥ the paper
     # the boundary rows, by hand: ε = 0.1, f = 1 -> (n+1)ε < 1 gives n = 8 (n = 9 sits on the boundary)
     d = decide("fast_dllm_pp", feats([[0.9] * 12]), margin=0.0)
     assert d.info["n_commit"].tolist() == [8]
 
 
 def test_profile_rule_heterogeneity_bonus_designed():
-    # sorted 0.99, 0.99, 0.99, 0.75: factor (f = 1) stops at n = 3 (5·0.25 = 1.25);
+    # sorted 0.99, 0.99, 0.99, 0.75, 0.4: factor (f = 1) stops at n = 3 (0.75 < 1 − 1/5 = 0.8);
     # profile: Σε + ε_n = 0.03 + 0.25 + 0.25 = 0.53 < 1 admits n = 4.
     f = feats([0.75, 0.99, 0.4, 0.99, 0.99])
     assert positions(decide("fast_dllm_factor", f, factor=1.0).commit) == [1, 3, 4]
@@ -145,15 +165,17 @@ def test_profile_rule_heterogeneity_bonus_designed():
     assert positions(decide("fast_dllm_pp", f, margin=0.5).commit) == [1, 3, 4]
 
 
-def test_profile_rule_commits_a_superset_of_the_factor_rule():
+def test_profile_rule_commits_at_least_the_papers_factor_inequality():
     g = torch.Generator().manual_seed(2)
     conf = 0.2 + 0.8 * torch.rand(128, 16, generator=g, dtype=torch.float64)
     f = feats(conf)
+    c_feat = f.confidence.double()
     for margin in (0.0, 0.25):
-        pp = decide("fast_dllm_pp", f, margin=margin).commit
-        fac = decide("fast_dllm_factor", f, factor=1.0 - margin).commit
-        assert bool((fac & ~pp).sum() == 0)
-        assert bool((pp & ~fac).any())  # and strictly more somewhere on heterogeneous profiles
+        pp = decide("fast_dllm_pp", f, margin=margin).info["n_commit"]
+        paper = torch.tensor([_paper_factor_n(sorted(c_feat[b].tolist(), reverse=True), 1.0 - margin)
+                              for b in range(128)])
+        assert bool((pp >= paper).all())
+        assert bool((pp > paper).any())  # and strictly more somewhere on heterogeneous profiles
 
 
 def test_profile_margin_is_validated():
@@ -274,9 +296,9 @@ def test_cadllm_changes_block_length_and_keeps_every_loop_invariant():
     assert r.generated.tolist() == [answer, answer]
 
 
-# --------------------------------------------------------------------------- leap
-def test_leap_commits_a_prediction_after_n_stable_steps():
-    ctrl = build_controller("leap", threshold=0.9, n_stable=3)
+# --------------------------------------------------------------------------- temporal_stability
+def test_stability_commits_a_prediction_after_n_stable_steps():
+    ctrl = build_controller("temporal_stability", threshold=0.9, n_stable=3)
     st = state(gen_length=4)
     ctrl.reset(st)
     conf = [0.5, 0.5, 0.95, 0.4]
@@ -290,12 +312,12 @@ def test_leap_commits_a_prediction_after_n_stable_steps():
     d3 = ctrl.decide(feats(conf, x0=seq[2], eligible=elig3), st)
     # runs now [-, 1, -, 3]: position 3 (p = 0.4) is stable for 3 steps; position 1 changed twice
     assert positions(d3.commit) == [1, 3]
-    assert st.memory["leap.run"][0].tolist() == [0, 1, 0, 3]
+    assert st.memory["stability.run"][0].tolist() == [0, 1, 0, 3]
     assert d3.info["stable_commits"].tolist() == [1]
 
 
-def test_leap_stability_floor_and_ineligible_history():
-    ctrl = build_controller("leap", threshold=0.9, n_stable=2, min_confidence=0.3)
+def test_stability_floor_and_ineligible_history():
+    ctrl = build_controller("temporal_stability", threshold=0.9, n_stable=2, min_confidence=0.3)
     st = state(gen_length=4)
     ctrl.reset(st)
     block0 = [True, True, False, False]
@@ -334,13 +356,13 @@ class SettlingDenoiser(nn.Module):
         return probs.log()
 
 
-def test_leap_cuts_nfe_when_predictions_settle():
+def test_stability_cuts_nfe_when_predictions_settle():
     """Positions 0-3 settled from the start, 4-7 from call 3. With n = 3 and τ = 0.9:
     call 0 -> {0} (top-1), 1 -> {1}, 2 -> {2, 3} (3 calls stable), 3 -> {4} (settled p = 0.5),
     4 -> {5}, 5 -> {6, 7} (stable since call 3): 6 NFE; the threshold rule alone needs 8."""
     answer, settle = [1, 2, 3, 1, 2, 3, 1, 2], [0, 0, 0, 0, 3, 3, 3, 3]
     cfg = DecodeConfig(gen_length=8)
-    r = decode(SettlingDenoiser(answer, settle), [[0]], build_controller("leap", threshold=0.9, n_stable=3),
+    r = decode(SettlingDenoiser(answer, settle), [[0]], build_controller("temporal_stability", threshold=0.9, n_stable=3),
                cfg, trace=True)
     steps = [positions(t["commit"][:, 1:]) for t in r.trace]
     assert steps == [[0], [1], [2, 3], [4], [5], [6, 7]]

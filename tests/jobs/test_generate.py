@@ -368,8 +368,8 @@ import signal, sys
 sys.path.insert(0, {tests!r})
 import test_generate as T
 from framework import cli
-from framework.commands import generate
-generate.load_model_for = lambda name, device: T.model(T.InterruptAt(T.PromptEcho(), at={at}, sig=signal.SIGTERM))
+from framework.cli import generate
+generate.load_model_for = lambda name, device, **options: T.model(T.InterruptAt(T.PromptEcho(), at={at}, sig=signal.SIGTERM))
 sys.exit(cli.main(["generate", "--input", {inp!r}, "--output", {out!r}, "--model", "echo", "--set", "gen_length=8",
                    "--set", "threshold=0.5", "--batch-size", "2", "--no-progress"]))
 """
@@ -389,7 +389,7 @@ def test_sigterm_stops_adec_generate_like_ctrl_c_and_the_rerun_completes(tmp_pat
     assert "generate: interrupted" in proc.stderr and "run the same command again to resume" in proc.stderr
     first = by_id(out)
     assert 0 < len(first) < 12
-    monkeypatch.setattr(generate, "load_model_for", lambda name, device: model())
+    monkeypatch.setattr(generate, "load_model_for", lambda name, device, **options: model())
     assert cli.main(["generate", "--input", str(inp), "--output", str(out), "--model", "echo", "--set",
                      "gen_length=8", "--set", "threshold=0.5", "--no-progress"]) == 0
     assert f"already in output {len(first)}" in capsys.readouterr().err
@@ -659,7 +659,7 @@ def test_cli_generate_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
     from framework.cli import generate
 
     loads = []
-    monkeypatch.setattr(generate, "load_model_for", lambda name, device: loads.append(name) or model())
+    monkeypatch.setattr(generate, "load_model_for", lambda name, device, **options: loads.append(name) or model())
     inp = write_prompts(tmp_path / "p.jsonl", [{"prompt": p, "id": f"q{i}"} for i, p in enumerate(PROMPTS[:5])]
                         + ['{"prompt": 3}'])
     out = tmp_path / "r.jsonl"

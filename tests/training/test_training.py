@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import sys
-import types
 
 import pytest
 import torch
@@ -235,12 +233,11 @@ def test_hugging_face_folder_is_delegated_to_the_hub_adapter(tmp_path, monkeypat
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 10}))
     calls = []
-    fake = types.ModuleType("framework.models.hub_loading")
-    fake.load_hub_model = lambda path, device="cpu": calls.append((path, device)) or "hub-model"
-    monkeypatch.setitem(sys.modules, "framework.models.hub_loading", fake)
-    monkeypatch.setattr("framework.models.hub_loading", fake, raising=False)
+    monkeypatch.setattr("framework.models.hub_loading.load_hub_model",
+                        lambda path, **kw: calls.append((path, kw)) or "hub-model")
     assert load_model(str(folder)) == "hub-model"
-    assert calls == [(str(folder), "cpu")]
+    # remote code stays off unless asked for; the chat template follows the tokenizer (None)
+    assert calls == [(str(folder), {"device": "cpu", "dtype": None, "trust_remote_code": False, "chat": None})]
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(CheckpointError, match=r"empty.config\.json: file not found"):
