@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 
 from framework.core.params import Param, ParameterError
-from framework.core.rng import gumbel, uniform
+from framework.core.rng import gumbel_at, uniform_at
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.selection import select_topk
@@ -123,7 +123,7 @@ class LLaDA(Controller):
         k = llada_transfer_count(f.block_masked_at_start, f.block_step, spb)
         k = torch.where(f.block_step >= spb - 1, f.n_eligible, k).clamp(min=1)
         if self.remasking == "random":
-            scores = uniform(state.seeds, f.step, RANDOM_REMASK_SALT, (f.x0.shape[1],))
+            scores = uniform_at(state.seeds, f.step, RANDOM_REMASK_SALT, f.position).float()
         else:
             scores = f.confidence
         ends = end_token_ids(state) if self.confidence_eos_inf else ()
@@ -194,7 +194,7 @@ class _Dream(Controller):
         k = torch.where(f.block_step >= spb - 1, n, k).clamp(min=1)
         scores = self.scores(f)
         if self.alg_temp:
-            g = gumbel(state.seeds, f.step, DREAM_ALG_SALT, (f.x0.shape[1],))
+            g = gumbel_at(state.seeds, f.step, DREAM_ALG_SALT, f.position)
             scores = torch.log_softmax(
                 torch.where(f.eligible, scores / self.alg_temp, torch.full_like(scores, -1e9)), dim=-1
             ) + g
@@ -242,7 +242,7 @@ class DreamOrigin(_Dream):
         t = 1.0 - i * (1.0 - self.eps) / spb
         s = 1.0 - (i + 1.0) * (1.0 - self.eps) / spb
         p_reveal = torch.where(f.block_step >= spb - 1, torch.ones_like(t), 1.0 - s / t)
-        u = uniform(state.seeds, f.step, DREAM_ALG_SALT + 1, (f.x0.shape[1],)).double()
+        u = uniform_at(state.seeds, f.step, DREAM_ALG_SALT + 1, f.position)
         commit = f.eligible & (u < p_reveal[:, None])
         # never an empty step: reveal the position with the smallest draw
         commit = commit | select_topk(-u.float(), f.eligible, 1)

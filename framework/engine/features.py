@@ -77,49 +77,62 @@ class StepFeatures:
         return StepFeatures(**kw)
 
 
-#: positions per chunk of the one-pass statistics: bounds the float temporaries to [B, chunk, V]
+#: positions per chunk of the statistics: bounds the float temporaries to [B, chunk, V]
 STAT_CHUNK = 8
 
 
-def _chunk_stats(z: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """lse, top-2 values and ids, and entropy of one chunk of logits ``[..., V]`` (float32 inside)."""
+def _chunk_stats(z: torch.Tensor, u: Optional[torch.Tensor], temperature: float) -> tuple[torch.Tensor, ...]:
+    """top-2 probabilities and ids, entropy, and (with uniforms ``u``) a sample and its probability,
+    for one chunk of logits ``[B, c, V]``: one softmax, one top-2, one dot product per position."""
     zf = z.float()
-    lse = torch.logsumexp(zf, dim=-1)
-    if zf.shape[-1] >= 2:
-        top = zf.topk(2, dim=-1)
+    p = torch.softmax(zf, dim=-1)
+    if p.shape[-1] >= 2:
+        top = p.topk(2, dim=-1)
         tv, ti = top.values, top.indices
     else:
-        tv = torch.cat([zf, torch.full_like(zf, float("-inf"))], -1)
+        tv = torch.cat([p, torch.zeros_like(p)], -1)
         ti = torch.zeros_like(tv, dtype=torch.long)
-    p = (zf - lse.unsqueeze(-1)).exp_()
-    entropy = -(p * p.clamp(min=PROB_CLAMP).log()).sum(-1)
-    return lse, tv, ti, entropy
+    # H = lse − Σ p·z with lse = z_top1 − log p_top1 (exact; no log over the vocabulary)
+    lse = zf.gather(-1, ti[..., :1]).squeeze(-1) - tv[..., 0].log()
+    pz = (p.unsqueeze(-2) @ zf.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+    if not torch.isfinite(pz).all():  # -inf logits (p = 0 there): 0·(-inf) is NaN, so clamp them
+        pz = (p.unsqueeze(-2) @ zf.clamp_min(torch.finfo(torch.float32).min).unsqueeze(-1)).squeeze(-1).squeeze(-1)
+    entropy = (lse - pz).clamp_min(0.0)
+    if u is None:
+        return tv, ti, entropy, None, None
+    pt = p if temperature == 1.0 else torch.softmax(zf / temperature, dim=-1)
+    cdf = pt.to(torch.float64).cumsum_(-1)
+    x0 = torch.searchsorted(cdf, (u * cdf[..., -1]).unsqueeze(-1)).squeeze(-1).clamp_(max=p.shape[-1] - 1)
+    return tv, ti, entropy, x0, p.gather(-1, x0.unsqueeze(-1)).squeeze(-1)
+
+
+def _window_stats(logits: torch.Tensor, u: Optional[torch.Tensor] = None, temperature: float = 0.0,
+                  chunk: int = STAT_CHUNK) -> tuple[torch.Tensor, ...]:
+    w = logits.shape[1]
+    parts = [_chunk_stats(logits[:, i:i + chunk], None if u is None else u[:, i:i + chunk], temperature)
+             for i in range(0, w, chunk)] if w else [_chunk_stats(logits, u, temperature)]
+    return tuple(None if parts[0][j] is None else torch.cat([q[j] for q in parts], dim=1) for j in range(5))
 
 
 def token_statistics(logits: torch.Tensor, chunk: int = STAT_CHUNK) -> dict[str, torch.Tensor]:
-    """top-1/top-2 probabilities and ids, margin, entropy and log-sum-exp from logits ``[B, W, V]``.
+    """top-1/top-2 probabilities and ids, margin and entropy from logits ``[B, W, V]`` (or ``[W, V]``).
 
-    One pass over the vocabulary per chunk of ``chunk`` positions: the float32 temporaries are
-    ``[B, chunk, V]``, never a full-window copy, whatever the logits' dtype. ``entropy`` is
-    H = -Σ p log max(p, 1e-10) (Dream's ``entropy`` alg, EB-sampler); ``lse`` lets callers turn
-    any logit into a log-probability without another pass.
+    Per chunk of ``chunk`` positions: one float32 softmax, a top-2 and a dot product, so the
+    temporaries are ``[B, chunk, V]`` whatever the window and the logits' dtype. ``entropy`` is
+    the exact Shannon entropy H = −Σ p log p = lse − Σ p·z (lse from the top-1 logit and its
+    probability), with no log over the vocabulary; it is what Dream's ``entropy`` alg and the
+    EB-sampler rank by.
     """
     if logits.dim() == 2:
         return {k: v[0] for k, v in token_statistics(logits[None], chunk).items()}
-    w = logits.shape[1]
-    parts = [_chunk_stats(logits[:, i:i + chunk]) for i in range(0, max(w, 1), chunk)] if w else [
-        _chunk_stats(logits)]
-    lse, tv, ti, entropy = (torch.cat([p[j] for p in parts], dim=1) for j in range(4))
-    top1_prob = (tv[..., 0] - lse).exp()
-    top2_prob = (tv[..., 1] - lse).exp()
+    tv, ti, entropy, _, _ = _window_stats(logits, chunk=chunk)
     return {
-        "top1_prob": top1_prob,
-        "top2_prob": top2_prob,
+        "top1_prob": tv[..., 0],
+        "top2_prob": tv[..., 1],
         "top1_id": ti[..., 0],
         "top2_id": ti[..., 1],
-        "margin": top1_prob - top2_prob,
+        "margin": tv[..., 0] - tv[..., 1],
         "entropy": entropy,
-        "lse": lse,
     }
 
 
@@ -127,23 +140,17 @@ def sample_tokens(
     logits: torch.Tensor, temperature: float, seeds: torch.Tensor, step: torch.Tensor, position: torch.Tensor,
     chunk: int = STAT_CHUNK,
 ) -> torch.Tensor:
-    """A sample ``x0 ~ softmax(logits / T)`` per position, in float64, counter-based per sample.
+    """A sample ``x0 ~ softmax(logits / T)`` per position, counter-based per sample.
 
     The same distribution as LLaDA's and Fast-dLLM's float64 Gumbel-max
     (``argmax exp(z) / (-log u)^T``), drawn by inverse CDF: one uniform per position, keyed by
-    ``(sample seed, step, generation position)`` (:func:`framework.core.rng.uniform_at`), so a row's
-    sample never depends on the rest of the batch or on the window's layout, and the cost is one
-    float64 softmax and cumulative sum over the window instead of V hashed Gumbel draws.
+    ``(sample seed, step, generation position)`` (:func:`framework.core.rng.uniform_at`), so a
+    row's sample never depends on the rest of the batch or on the window's layout; the
+    cumulative sum and the search run in float64. The cost is one cumulative sum over the window
+    instead of V hashed Gumbel draws per position.
     """
-    u = uniform_at(seeds, step, GUMBEL_SALT, position).to(torch.float64)  # [B, W]
-    out = torch.empty(position.shape, dtype=torch.long, device=logits.device)
-    for i in range(0, logits.shape[1], chunk):
-        z = logits[:, i:i + chunk].to(torch.float64) / temperature
-        cdf = torch.softmax(z, dim=-1).cumsum_(-1)
-        target = (u[:, i:i + chunk] * cdf[..., -1]).unsqueeze(-1)
-        idx = torch.searchsorted(cdf, target).squeeze(-1)
-        out[:, i:i + chunk] = idx.clamp_(max=logits.shape[-1] - 1)
-    return out
+    u = uniform_at(seeds, step, GUMBEL_SALT, position)
+    return _window_stats(logits, u, temperature, chunk)[3]
 
 
 def compute_features(
@@ -174,13 +181,16 @@ def compute_features(
     it). At ``temperature > 0`` the prediction is a sample of ``softmax(logits / T)``
     (:func:`sample_tokens`) and ``confidence = p(x0)`` under the un-tempered softmax, as LLaDA does.
     """
-    stats = token_statistics(logits)
-    lse = stats.pop("lse")
+    u = None
     if temperature > 0:
         if seeds is None:
             raise ValueError("temperature > 0 needs per-sample seeds")
-        x0 = sample_tokens(logits, temperature, seeds, step, rel)
-        confidence = (logits.gather(-1, x0.unsqueeze(-1)).squeeze(-1).float() - lse).exp()
+        u = uniform_at(seeds, step, GUMBEL_SALT, rel)
+    tv, ti, entropy, sampled, sampled_p = _window_stats(logits, u, temperature)
+    stats = {"top1_prob": tv[..., 0], "top2_prob": tv[..., 1], "top1_id": ti[..., 0], "top2_id": ti[..., 1],
+             "margin": tv[..., 0] - tv[..., 1], "entropy": entropy}
+    if temperature > 0:
+        x0, confidence = sampled, sampled_p
     else:
         x0 = stats["top1_id"]
         confidence = stats["top1_prob"]

@@ -281,10 +281,11 @@ def decode(
 
 
 def suppress_mask_logit(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """The mask token is never a prediction (MDLM's zero-masking parameterisation)."""
+    """The mask token is never a prediction (MDLM's zero-masking parameterisation): its logit becomes
+    the dtype's lowest finite value (probability 0, and no ``0 · -inf`` in the entropy)."""
     if 0 <= mask_id < logits.shape[-1]:
         logits = logits.clone() if not logits.is_contiguous() or logits.requires_grad else logits
-        logits[..., mask_id] = float("-inf")
+        logits[..., mask_id] = torch.finfo(logits.dtype).min
     return logits
 
 
