@@ -43,12 +43,21 @@ class TemporalStability(Controller):
         self.min_confidence = min_confidence
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        # history per generation position [B, G] (windows move from block to block and change width)
         mem = state.memory
-        prev = mem.get("stability.prev_x0", torch.zeros_like(f.x0))
-        run = mem.get("stability.run", torch.zeros_like(f.x0))
+        g = state.config.gen_length
+        pos = f.position.clamp(0, g - 1)
+        hist_x0 = mem.get("stability.prev_x0", torch.zeros(f.x0.shape[0], g, dtype=f.x0.dtype, device=f.x0.device))
+        hist_run = mem.get("stability.run", torch.zeros(f.x0.shape[0], g, dtype=torch.long, device=f.x0.device))
+        prev, run = hist_x0.gather(1, pos), hist_run.gather(1, pos)
         same = (f.x0 == prev) & (run > 0)
         run = torch.where(f.masked, torch.where(same, run + 1, torch.ones_like(run)), torch.zeros_like(run))
-        mem["stability.prev_x0"], mem["stability.run"] = f.x0.clone(), run
+        hist_x0, hist_run = hist_x0.clone(), hist_run.clone()
+        r, c = (~f.masked).nonzero(as_tuple=True)  # decided (or padding) slots: no run
+        hist_run[r, pos[r, c]] = 0
+        r, c = f.masked.nonzero(as_tuple=True)  # written last, so a padding slot never overwrites them
+        hist_x0[r, pos[r, c]], hist_run[r, pos[r, c]] = f.x0[r, c], run[r, c]
+        mem["stability.prev_x0"], mem["stability.run"] = hist_x0, hist_run
         base = (f.eligible & (f.confidence > self.threshold)) | select_topk(f.confidence, f.eligible, 1)
         stable = f.eligible & (run >= self.n_stable) & (f.confidence >= self.min_confidence)
         return Decision(commit=base | stable, info={"stable_commits": (stable & ~base).sum(1)})

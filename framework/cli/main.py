@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "generate",
     "run",
     "report",
+    "profile",
 )
 
 

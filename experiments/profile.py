@@ -1,0 +1,212 @@
+"""``adec profile``: the cost of a decoding step at real shapes, side by side with a bare loop.
+
+The model is the framework's own LLaDA architecture built from a config with LLaDA's real
+vocabulary (126,464 ids, mask 126,336) and a small body (random weights: what is measured is
+time and memory, not text). Each run decodes ``batch`` prompts of ``prompt_length`` tokens into
+``gen_length`` positions in blocks of ``block_length`` with LLaDA's fixed-step rule
+(``steps`` in all, so every run has the same NFE), once through :func:`framework.decode` and once
+through a **bare loop**: the same forwards and cache policy, then a softmax over the block only
+and the top-k commit, nothing else (what a hand-written ``generate.py`` does). For every
+``cache = none | prefix | dual`` and temperature the table gives per-step milliseconds split into
+the forward and the rest, milliseconds per generated token, and the peak memory of the run above
+what was allocated before it (CPU: resident set size, sampled; CUDA: the allocator's peak).
+
+Times are medians over ``repeats`` runs, all in one process, one after the other.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterable, Optional, Sequence
+
+import torch
+
+from framework.core.measure import PeakMemory, median
+from framework.engine.config import DecodeConfig
+from framework.engine.controller_io import build_controller
+from framework.engine.denoise import CacheSession
+from framework.engine.loop import decode, layout
+from framework.models.arch.llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
+from framework.models.own import OwnArchitectureDenoiser
+
+LLADA_VOCAB = 126464
+
+
+@dataclass
+class ProfileRow:
+    """One measured configuration (times in milliseconds, memory in MiB)."""
+
+    loop: str
+    batch: int
+    cache: str
+    temperature: float
+    nfe: float
+    steps: int
+    ms_per_step: float
+    forward_ms_per_step: float
+    rest_ms_per_step: float
+    rest_over_forward: float
+    ms_per_token: float
+    peak_mb: float
+    window_logits_mb: float
+
+
+def profile_model(vocab_size: int = LLADA_VOCAB, d_model: int = 256, n_layers: int = 4, n_heads: int = 8,
+                  mlp_hidden: int = 1024, device: "str | torch.device" = "cpu", dtype: torch.dtype = torch.float32,
+                  seed: int = 0) -> OwnArchitectureDenoiser:
+    """A LLaDA-architecture denoiser built from a config (random weights), real vocabulary."""
+    torch.manual_seed(seed)
+    config = LLaDAArchConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads, n_layers=n_layers,
+                             mlp_hidden_size=mlp_hidden, vocab_size=vocab_size, max_sequence_length=4096,
+                             mask_token_id=LLADA_MASK_TOKEN_ID if vocab_size > LLADA_MASK_TOKEN_ID else vocab_size - 1,
+                             eos_token_id=None, pad_token_id=0)
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):  # built where it runs: an 8B-sized body never passes through host memory
+            model = LLaDAModel(config)
+    finally:
+        torch.set_default_dtype(default)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(std=0.02)
+    model = model.eval().requires_grad_(False)
+    return OwnArchitectureDenoiser(model, mask_token_id=config.mask_token_id, vocab_size=vocab_size,
+                                   pad_token_id=0)
+
+
+@torch.no_grad()
+def bare_loop(model: Any, prompts: Sequence[Sequence[int]], gen_length: int, block_length: int, steps: int,
+              cache: str = "none", temperature: float = 0.0) -> tuple[torch.Tensor, int, float, float]:
+    """The same forwards and cache policy as :func:`decode`, then only a softmax over the block and
+    LLaDA's top-k commit: ``(tokens, nfe per row, forward seconds, total seconds)``."""
+    t_start = time.perf_counter()
+    device = model.device
+    x, attn, gen_start = layout(prompts, gen_length, model.mask_token_id, model.pad_token_id or 0, device)
+    b = x.shape[0]
+    session = CacheSession(model, cache, None, b, device)
+    rows = torch.arange(b, device=device)
+    lengths = gen_start + gen_length
+    per_block = steps // (gen_length // block_length)
+    k = block_length // per_block
+    forward_s, nfe = 0.0, 0
+    for blk in range(gen_length // block_length):
+        cols = gen_start[:, None] + blk * block_length + torch.arange(block_length, device=device)[None, :]
+        valid = torch.ones_like(cols, dtype=torch.bool)
+        block_id = torch.full((b,), blk, dtype=torch.long, device=device)
+        for _ in range(per_block):
+            t0 = time.perf_counter()
+            logits = session.logits(x, attn, rows, cols, valid, block_id, lengths)
+            forward_s += time.perf_counter() - t0
+            nfe += 1
+            p = torch.softmax(logits.float(), dim=-1)
+            if temperature == 0:
+                conf, x0 = p.max(-1)
+            else:  # Fast-dLLM's float64 Gumbel-max over the block
+                z = logits.double() / temperature - torch.log(-torch.log(torch.rand_like(logits, dtype=torch.float64)))
+                x0 = z.argmax(-1)
+                conf = p.gather(-1, x0[..., None]).squeeze(-1)
+            still = x.gather(1, cols) == model.mask_token_id
+            conf = torch.where(still, conf, torch.full_like(conf, -1.0))
+            pick = conf.topk(k, dim=1).indices
+            x.scatter_(1, cols.gather(1, pick), x0.gather(1, pick))
+    return x, nfe, forward_s, time.perf_counter() - t_start
+
+
+def _measure(fn: Callable[[], tuple[int, float, float]], repeats: int, device: Any) -> tuple[int, float, float, float]:
+    """``(nfe, median forward s, median total s, peak MiB)``: one warm-up call under the memory
+    sampler, then ``repeats`` timed calls without it (on CPU a sampling thread would steal a core
+    from the timed runs, so time and memory are never measured in the same call)."""
+    with PeakMemory(device) as pm:
+        fn()
+    fwd, tot, nfe = [], [], 0
+    for _ in range(repeats):
+        nfe, f, t = fn()
+        fwd.append(f)
+        tot.append(t)
+    return nfe, median(fwd), median(tot), pm.peak_mb
+
+
+def run_profile(
+    model: Any, *, batches: Iterable[int] = (1, 8), caches: Iterable[str] = ("none", "prefix", "dual"),
+    temperatures: Iterable[float] = (0.0, 1.0), prompt_length: int = 256, gen_length: int = 256,
+    block_length: int = 32, steps: Optional[int] = None, repeats: int = 3, progress: Optional[Callable] = None,
+) -> list[ProfileRow]:
+    """Measure :func:`decode` and :func:`bare_loop` for every batch size, cache mode and temperature.
+
+    ``steps`` defaults to ``gen_length // 4`` (four tokens per step). ``progress`` is called with a
+    description before each configuration (the CLI passes a progress bar's update).
+    """
+    steps = steps or gen_length // 4
+    device = model.device
+    vocab = model.vocab_size
+    itemsize = torch.finfo(next(model.parameters()).dtype).bits // 8
+    rows: list[ProfileRow] = []
+    g = torch.Generator().manual_seed(0)
+    for batch in batches:
+        prompts = torch.randint(0, min(vocab, 100000), (batch, prompt_length), generator=g).tolist()
+        for cache in caches:
+            for temperature in temperatures:
+                config = DecodeConfig(gen_length=gen_length, block_length=block_length, cache=cache,
+                                      temperature=temperature)
+                controller = build_controller("llada", steps=steps)
+
+                def ours() -> tuple[int, float, float]:
+                    r = decode(model, prompts, controller, config, seeds=list(range(batch)))
+                    return int(r.nfe[0]), r.forward_seconds, r.total_seconds
+
+                def bare() -> tuple[int, float, float]:
+                    _, nfe, f, t = bare_loop(model, prompts, gen_length, block_length, steps, cache, temperature)
+                    return nfe, f, t
+
+                for name, fn in (("decode", ours), ("bare", bare)):
+                    if progress:
+                        progress(f"{name} batch={batch} cache={cache} T={temperature:g}")
+                    nfe, f, t, peak = _measure(fn, repeats, device)
+                    ms_step = 1000 * t / max(nfe, 1)
+                    fwd_step = 1000 * f / max(nfe, 1)
+                    rows.append(ProfileRow(
+                        loop=name, batch=batch, cache=cache, temperature=temperature, nfe=nfe, steps=nfe,
+                        ms_per_step=ms_step, forward_ms_per_step=fwd_step, rest_ms_per_step=ms_step - fwd_step,
+                        rest_over_forward=(ms_step - fwd_step) / max(fwd_step, 1e-9),
+                        ms_per_token=1000 * t / (batch * gen_length), peak_mb=peak,
+                        window_logits_mb=batch * block_length * vocab * itemsize / 2**20,
+                    ))
+    return rows
+
+
+def ratios(rows: Sequence[ProfileRow]) -> list[str]:
+    """The issue's targets, each as a measured ratio (one line each)."""
+    out = []
+    idx = {(r.loop, r.batch, r.cache, r.temperature): r for r in rows}
+    for (loop, batch, cache, temp), r in sorted(idx.items()):
+        if loop != "decode":
+            continue
+        bare = idx.get(("bare", batch, cache, temp))
+        line = (f"batch {batch}, cache={cache}, T={temp:g}: rest/forward {r.rest_over_forward:.3f}; "
+                f"step vs bare loop {r.ms_per_step / bare.ms_per_step:.2f}x" if bare else "")
+        greedy = idx.get(("decode", batch, cache, 0.0))
+        if temp > 0 and greedy:
+            line += f"; step vs greedy {r.ms_per_step / greedy.ms_per_step:.2f}x"
+        none = idx.get(("decode", batch, "none", temp))
+        if cache != "none" and none:
+            line += f"; speed-up per token vs cache=none {none.ms_per_token / r.ms_per_token:.2f}x"
+        line += f"; peak {r.peak_mb:.0f} MiB = {r.peak_mb / max(r.window_logits_mb, 1e-9):.2f}x the window's logits"
+        out.append(line)
+    return out
+
+
+def markdown_table(rows: Sequence[ProfileRow]) -> str:
+    head = ("| loop | batch | cache | T | NFE | ms/step | forward ms | rest ms | rest/forward | ms/token | "
+            "peak MiB | window logits MiB |")
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        lines.append(f"| {r.loop} | {r.batch} | {r.cache} | {r.temperature:g} | {r.nfe:g} | {r.ms_per_step:.1f} | "
+                     f"{r.forward_ms_per_step:.1f} | {r.rest_ms_per_step:.1f} | {r.rest_over_forward:.3f} | "
+                     f"{r.ms_per_token:.2f} | {r.peak_mb:.0f} | {r.window_logits_mb:.0f} |")
+    return "\n".join(lines)
+
+
+def as_dicts(rows: Sequence[ProfileRow]) -> list[dict]:
+    return [asdict(r) for r in rows]

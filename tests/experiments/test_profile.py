@@ -1,0 +1,67 @@
+"""``adec profile`` (experiments/profile.py): the bare loop it compares against decodes exactly what
+``decode`` does with LLaDA's rule, so the timing comparison is like for like; the command prints
+the table and the ratios, and refuses bad sizes. (Times are measured by the command, never here.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from experiments.profile import bare_loop, profile_model, ratios, run_profile
+from framework import DecodeConfig, build_controller, decode
+from framework.cli.main import main
+
+
+@pytest.fixture(scope="module")
+def model():
+    return profile_model(vocab_size=512, d_model=32, n_layers=1, n_heads=2, mlp_hidden=64)
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+def test_the_bare_loop_decodes_exactly_what_decode_does(model, cache):
+    prompts = torch.randint(0, 500, (2, 12), generator=torch.Generator().manual_seed(1)).tolist()
+    ours = decode(model, prompts, build_controller("llada", steps=8),
+                  DecodeConfig(gen_length=16, block_length=8, cache=cache))
+    tokens, nfe, _, _ = bare_loop(model, prompts, 16, 8, 8, cache)
+    assert torch.equal(tokens[:, 12:], ours.generated)
+    assert ours.nfe.tolist() == [nfe, nfe] == [8, 8]
+
+
+def test_run_profile_rows_and_ratios(model):
+    rows = run_profile(model, batches=(1,), caches=("none", "dual"), temperatures=(0.0, 1.0), prompt_length=8,
+                       gen_length=16, block_length=8, steps=8, repeats=1)
+    assert [(r.loop, r.cache, r.temperature) for r in rows] == [
+        (loop, cache, t) for cache in ("none", "dual") for t in (0.0, 1.0) for loop in ("decode", "bare")]
+    assert all(r.nfe == 8 and r.forward_ms_per_step > 0 and r.window_logits_mb > 0 for r in rows)
+    lines = ratios(rows)
+    assert len(lines) == 4 and any("speed-up per token vs cache=none" in line for line in lines)
+    assert any("step vs greedy" in line for line in lines)
+
+
+def test_cli_prints_the_table_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "p.json"
+    code = main(["profile", "--batch", "1", "--cache", "dual", "--temperature", "0", "--repeats", "1",
+                 "--prompt-length", "8", "--gen-length", "16", "--block-length", "8", "--vocab-size", "256",
+                 "--d-model", "32", "--layers", "1", "--heads", "2", "--device", "cpu", "--json", str(out)])
+    assert code == 0
+    text = capsys.readouterr().out
+    assert "| decode | 1 | dual | 0 |" in text and "| bare | 1 | dual | 0 |" in text
+    assert json.loads(out.read_text())["rows"][0]["cache"] == "dual"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--tokens-per-step", "0"], "--tokens-per-step=0 is out of range"),
+    (["--block-length", "5"], "--block-length 5 must divide --gen-length 256"),
+    (["--batch", "0"], "every batch size must be ≥ 1"),
+])
+def test_cli_refuses_bad_sizes_before_any_work(args, message, capsys):
+    assert main(["profile", *args]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_cli_refuses_a_bad_cache_mode(capsys):
+    with pytest.raises(SystemExit):
+        main(["profile", "--cache", "triple"])
+    assert "invalid choice: 'triple'" in capsys.readouterr().err
