@@ -31,12 +31,16 @@ def supports_cache(model: Any) -> bool:
     return bool(getattr(model, "supports_kv_cache", False)) and hasattr(model, "window_logits")
 
 
+def gather_columns(logits: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    """``logits`` ``[B, L, V]`` at the canvas columns ``cols`` ``[B, W]``: ``[B, W, V]``."""
+    return logits.gather(1, cols[:, :, None].expand(-1, -1, logits.shape[-1]))
+
+
 def window_logits(model: Any, x: torch.Tensor, attn: torch.Tensor, out_cols: torch.Tensor) -> torch.Tensor:
     """Logits ``[B, W, V]`` at canvas columns ``out_cols`` ``[B, W]`` from a full forward."""
     if supports_cache(model):
         return model.window_logits(x, attn, out_cols)[0]
-    logits = model(x, attention_mask=attn)
-    return logits.gather(1, out_cols[:, :, None].expand(-1, -1, logits.shape[-1]))
+    return gather_columns(model(x, attention_mask=attn), out_cols)
 
 
 def check_cache_support(model: Any, mode: str) -> None:

@@ -239,7 +239,6 @@ def decode(
         forced[rows] += (~had_commit).long()
 
         r_idx, c_idx = commit.nonzero(as_tuple=True)
-        xs = xs.clone() if full else xs
         xs[r_idx, w_cols[r_idx, c_idx]] = tokens[r_idx, c_idx]
         if config.eos_fill and eos_id is not None:
             own_conf = torch.where(tokens == feats.x0, feats.confidence, torch.zeros_like(feats.confidence))

@@ -340,5 +340,6 @@ class CachedToy(nn.Module):
             r, c = valid.nonzero(as_tuple=True)
             cache.tokens[r, query_cols[r, c]] = x[r, query_cols[r, c]]
             seen = cache.tokens
-        logits = self.model(seen, attention_mask=attention_mask)
-        return logits.gather(1, out_cols[:, :, None].expand(-1, -1, logits.shape[-1])), cache
+        from framework.engine.denoise import gather_columns
+
+        return gather_columns(self.model(seen, attention_mask=attention_mask), out_cols), cache

@@ -45,6 +45,13 @@ def _list(folder: Path) -> str:
     return ", ".join(names[:20]) + (f", ... ({len(names)} files)" if len(names) > 20 else "") if names else "nothing"
 
 
+def first_id(value: Any) -> Optional[int]:
+    """A config's token id: the first of a list (``eos_token_id: [1, 2]``), ``None`` if unset or empty."""
+    if isinstance(value, (list, tuple)):
+        return int(value[0]) if value else None
+    return None if value is None else int(value)
+
+
 def read_config(folder: PathLike) -> dict:
     """The parsed ``config.json`` of a checkpoint folder."""
     folder = Path(folder)

@@ -41,6 +41,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from .checkpoint import first_id
 from .errors import CheckpointFormatError, UnsupportedArchitectureError
 from .layers import KVCache, MaskedDiffusionLM
 
@@ -89,10 +90,6 @@ class DreamArchConfig:
             raise UnsupportedArchitectureError(
                 f"Dream config head_dim={head_dim} != hidden_size / num_attention_heads = {hidden // heads}")
 
-        def first(v: Any) -> Optional[int]:
-            v = v[0] if isinstance(v, (list, tuple)) and v else v
-            return None if v is None or isinstance(v, (list, tuple)) else int(v)
-
         return cls(hidden_size=hidden, intermediate_size=int(config["intermediate_size"]),
                    num_hidden_layers=int(config["num_hidden_layers"]), num_attention_heads=heads,
                    num_key_value_heads=int(config.get("num_key_value_heads") or heads),
@@ -101,8 +98,8 @@ class DreamArchConfig:
                    max_position_embeddings=int(config.get("max_position_embeddings", 131072)),
                    tie_word_embeddings=bool(config.get("tie_word_embeddings", False)),
                    attention_bias=bool(config.get("attention_bias", True)),
-                   mask_token_id=first(config.get("mask_token_id")), eos_token_id=first(config.get("eos_token_id")),
-                   pad_token_id=first(config.get("pad_token_id")), bos_token_id=first(config.get("bos_token_id")))
+                   mask_token_id=first_id(config.get("mask_token_id")), eos_token_id=first_id(config.get("eos_token_id")),
+                   pad_token_id=first_id(config.get("pad_token_id")), bos_token_id=first_id(config.get("bos_token_id")))
 
 
 _TO_CKPT = [  # our parameter name -> Dream's (first match)

@@ -37,6 +37,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from .checkpoint import first_id
 from .errors import CheckpointFormatError, UnsupportedArchitectureError
 from .layers import MaskedDiffusionLM
 
@@ -103,13 +104,7 @@ class LLaDAArchConfig:
                    weight_tying=bool(config.get("weight_tying", False)),
                    rope_full_precision=bool(config.get("rope_full_precision", True)),
                    mask_token_id=LLADA_MASK_TOKEN_ID if mask is None else int(mask),
-                   eos_token_id=_first(config.get("eos_token_id")), pad_token_id=_first(config.get("pad_token_id")))
-
-
-def _first(value: Any) -> Optional[int]:
-    if isinstance(value, (list, tuple)):
-        return int(value[0]) if value else None
-    return None if value is None else int(value)
+                   eos_token_id=first_id(config.get("eos_token_id")), pad_token_id=first_id(config.get("pad_token_id")))
 
 
 _TO_CKPT = [  # our parameter name -> LLaDA's, applied in order (first match)
