@@ -34,6 +34,7 @@ from experiments.spec import (
     default_label,
     suites,
 )
+from experiments.sweeps import expand_sweep, param_problem
 from framework.core.params import ParameterError
 
 
@@ -280,6 +281,8 @@ def _parse_strategies(c: _Checker, items: Any, task_names: list[str]) -> list[St
             continue
         c.keys(s, STRATEGY_KEYS, where)
         if "suite" in s:
+            if "sweep" in s:
+                c.add(f"{where}.sweep", "not allowed with 'suite'; sweep a strategy with its own 'controller'")
             known_suites = suites()
             if s["suite"] not in known_suites:
                 c.add(f"{where}.suite", f"unknown suite {s['suite']!r}; allowed: {', '.join(known_suites)}")
@@ -312,41 +315,42 @@ def _parse_strategies(c: _Checker, items: Any, task_names: list[str]) -> list[St
                       f"({', '.join(task_names)})")
         if "decode" in s:
             _check_decode_keys(c, s["decode"], f"{where}.decode")
+        cls, known_controller = None, True
         if not name.startswith("tuned:") and "{" not in name:
             if name not in CONTROLLERS:
+                known_controller = False
                 c.add(f"{where}.controller", f"unknown controller {name!r}" + _known(name, CONTROLLERS.names()))
             else:
-                _check_params(c, CONTROLLERS.get(name), params, f"{where}.params")
+                cls = CONTROLLERS.get(name)
+                _check_params(c, cls, params, f"{where}.params")
         if look is not None:
             _check_lookahead(c, look, f"{where}.lookahead")
         label = s.get("label") or default_label(name, params, look)
-        out.append(StrategySpec(label=str(label), controller=name, params=dict(params),
-                                decode=dict(s.get("decode") or {}), lookahead=look, kind=kind, tasks=tasks,
-                                prepare=s.get("prepare"), path=where))
+        spec = StrategySpec(label=str(label), controller=name, params=dict(params),
+                            decode=dict(s.get("decode") or {}) if isinstance(s.get("decode"), dict) else {},
+                            lookahead=look, kind=kind, tasks=tasks, prepare=s.get("prepare"), path=where)
+        if "sweep" in s:
+            if known_controller:
+                out += expand_sweep(c, s["sweep"], spec, cls, where)
+        else:
+            out.append(spec)
     labels = [s.label for s in out]
     for lab in sorted({x for x in labels if labels.count(x) > 1}):
         c.add("strategies", f"label {lab!r} is used by more than one strategy (labels name the rows of the report)")
+    entries: dict[str, set] = {}  # curve -> the entries drawing it (a sweep's points are one entry)
+    for s in out:
+        entries.setdefault(s.curve or s.label, set()).add(s.path.split(".sweep")[0])
+    for name in sorted(n for n, e in entries.items() if len(e) > 1 and any(s.curve == n for s in out)):
+        c.add("strategies", f"curve {name!r} is drawn by more than one entry ({', '.join(sorted(entries[name]))}); "
+                            "give the sweep another label (the report would join their points into one line)")
     return out
 
 
 def _check_params(c: _Checker, cls: type, params: dict, where: str) -> None:
-    known = cls._param_names()
     for k, v in params.items():
-        if k == "steps_per_token":
-            if "steps" not in known:
-                c.add(f"{where}.{k}", f"{cls.display_name()} has no 'steps' parameter to derive it for")
-            elif isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-                c.add(f"{where}.{k}", f"{v!r} is out of range; allowed: number in (0, 1] (steps = G × it)")
-            continue
-        if k not in known:
-            c.add(f"{where}.{k}", f"unknown parameter of {cls.display_name()}" + _known(str(k), known))
-            continue
-        spec = cls.params.get(k)
-        if spec is not None and not (isinstance(v, str) and "{" in v):
-            try:
-                spec.check(cls.display_name(), k, v)
-            except ParameterError as exc:
-                c.add(f"{where}.{k}", str(exc))
+        problem = param_problem(cls, k, v)
+        if problem:
+            c.add(f"{where}.{k}", problem)
 
 
 def _check_lookahead(c: _Checker, look: dict, where: str) -> None:
@@ -407,7 +411,7 @@ def _check_combinations(c: _Checker, exp: Experiment) -> None:
         try:
             config = DecodeConfig.build(**cfg_kw)
         except ParameterError as exc:
-            c.add(f"{s.path}.decode", f"(task {t.key}) {exc}")
+            c.add(s.path if s.sweep else f"{s.path}.decode", f"(task {t.key}) {exc}")
             continue
         if cell.controller == "oracle" and cell.lookahead:
             c.add(f"{s.path}.lookahead", "the oracle commits the reference's tokens; lookahead has no effect on it")
@@ -428,7 +432,8 @@ def _check_combinations(c: _Checker, exp: Experiment) -> None:
             if missing and exp.on_missing == "skip":
                 exp.skipped.append((s.path, t.key, msg, prep))
             else:
-                c.add(f"{s.path}.params" if not cell.controller.startswith("tuned:") else f"{s.path}.controller", msg)
+                c.add(s.path if s.sweep else f"{s.path}.params" if not cell.controller.startswith("tuned:")
+                      else f"{s.path}.controller", msg)
     for path, task, msg, _ in exp.skipped:
         print(f"{exp.source}: skipping {path} for task {task} (on_missing: skip): {msg}", file=sys.stderr)
 

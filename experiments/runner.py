@@ -256,6 +256,7 @@ def _write_cell(cell: Cell, folder: Path, result: Any, task: Any, device: str, s
     row.update({
         "cell": cell.id, "key": cell.key, "task": cell.task.key, "task_name": cell.task.name,
         "task_params": cell.task.params, "strategy": cell.strategy.label, "kind": cell.kind,
+        "curve": cell.strategy.curve or cell.strategy.label, "sweep": cell.strategy.sweep,
         "controller": cell.controller, "params": cell.params, "decode": cell.decode,
         "lookahead": cell.lookahead, "seed": cell.seed, "model": _model_label(cell.model),
         "metrics": {k: v.value for k, v in metrics.items()}, "seconds": round(seconds, 3),

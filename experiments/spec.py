@@ -30,6 +30,13 @@ docs/experiments.md for the long form)::
         kind: heuristic              # reference | baseline | heuristic | tuned | learned | oracle
         tasks: [addition]            # only these tasks
         prepare: adec tune --controller margin_topk --task {task}   # how to make a missing file
+      - controller: eb               # a sweep: one strategy per value, all on the curve "eb"
+        sweep: {gamma: [0.01, 0.1, 1.0]}   # labels "eb (gamma=0.01)", ...; one parameter (a controller
+                                     # parameter or a decoding option), values checked like params
+
+A ``sweep`` (:mod:`experiments.sweeps`) expands at load time into one strategy per value, labelled
+``<label> (<param>=<value>)`` and carrying ``curve: <label>``; the report draws a curve as one line
+of accuracy against tokens per forward and scores it with AUP (:mod:`experiments.aup`).
 
 Model mapping: ``{name: ..., dtype: bfloat16, kind: llada, chat: true, trust_remote_code: true}``
 for a hub checkpoint, or ``{factory: "module:function", kwargs: {...}}`` for any callable that
@@ -63,7 +70,7 @@ KINDS: tuple[str, ...] = ("reference", "baseline", "heuristic", "tuned", "learne
 TOP_KEYS = ("name", "description", "model", "device", "n", "split", "batch_size", "repeats", "data_seed",
             "seeds", "decode", "metrics", "on_missing", "tasks", "strategies")
 TASK_KEYS = ("name", "params", "n", "metrics", "quality", "model", "decode")
-STRATEGY_KEYS = ("label", "controller", "params", "decode", "lookahead", "kind", "tasks", "prepare", "suite")
+STRATEGY_KEYS = ("label", "controller", "params", "decode", "lookahead", "kind", "tasks", "prepare", "suite", "sweep")
 
 
 def suites() -> dict[str, tuple]:
@@ -121,6 +128,10 @@ class StrategySpec:
     tasks: Optional[list] = None
     prepare: Optional[str] = None
     path: str = ""
+    #: the curve this strategy is a point of (the sweep's base label); ``None``: a curve of its own
+    curve: Optional[str] = None
+    #: ``{param: value}`` of a sweep point
+    sweep: Optional[dict] = None
 
 
 @dataclass

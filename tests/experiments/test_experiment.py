@@ -120,6 +120,76 @@ def test_shipped_experiments_validate(name, tmp_path):
         assert {"tuned", "learned"} <= {s.kind or _controller_kind(s.controller) for s in exp.strategies}
 
 
+# ---------------------------------------------------------------------- sweeps
+def test_a_sweep_expands_into_one_strategy_per_value_on_one_curve():
+    doc = two_strategy(strategies=[
+        {"controller": "sequential"},
+        {"controller": "fast_dllm", "sweep": {"threshold": [0.9, 0.7, 0.5]}},
+        {"label": "eb γ", "controller": "eb", "params": {"order": "confidence"}, "sweep": {"gamma": [0.1, 1.0]}},
+        {"controller": "llada", "sweep": {"steps_per_token": [0.5, 1.0]}},
+        {"controller": "fast_dllm", "params": {"threshold": 0.9}, "sweep": {"block_length": [1, addition_g()]}}])
+    exp = parse_experiment(doc)
+    got = [(s.label, s.curve, s.sweep, s.params, s.decode, s.path) for s in exp.strategies[1:6]]
+    assert got == [
+        ("fast_dllm (threshold=0.9)", "fast_dllm", {"threshold": 0.9}, {"threshold": 0.9}, {}, "strategies[1].sweep.threshold[0]"),
+        ("fast_dllm (threshold=0.7)", "fast_dllm", {"threshold": 0.7}, {"threshold": 0.7}, {}, "strategies[1].sweep.threshold[1]"),
+        ("fast_dllm (threshold=0.5)", "fast_dllm", {"threshold": 0.5}, {"threshold": 0.5}, {}, "strategies[1].sweep.threshold[2]"),
+        ("eb γ (gamma=0.1)", "eb γ", {"gamma": 0.1}, {"order": "confidence", "gamma": 0.1}, {}, "strategies[2].sweep.gamma[0]"),
+        ("eb γ (gamma=1.0)", "eb γ", {"gamma": 1.0}, {"order": "confidence", "gamma": 1.0}, {}, "strategies[2].sweep.gamma[1]")]
+    llada = [s for s in exp.strategies if s.curve == "llada"]
+    assert [s.params for s in llada] == [{"steps_per_token": 0.5}, {"steps_per_token": 1.0}]
+    blocks = [s for s in exp.strategies if s.curve == "fast_dllm (threshold=0.9)"]  # a decoding option
+    assert [(s.label, s.params, s.decode) for s in blocks] == [
+        ("fast_dllm (threshold=0.9) (block_length=1)", {"threshold": 0.9}, {"block_length": 1}),
+        (f"fast_dllm (threshold=0.9) (block_length={addition_g()})", {"threshold": 0.9}, {"block_length": addition_g()})]
+    assert exp.strategies[0].curve is None and exp.strategies[0].sweep is None
+    cells = exp.cells()
+    assert len({c.key for c in cells}) == len(cells) == 10  # the swept value is in every cell's hash
+    assert [c.id for c in parse_experiment(doc).cells()] == [c.id for c in cells]  # stable: resumable
+
+
+def test_sweep_validation_reports_every_bad_value_with_its_path():
+    doc = two_strategy(strategies=[
+        {"controller": "fast_dllm", "sweep": {"threshold": [0.5, -1, 0.5]}},
+        {"controller": "fast_dllm", "sweep": {"treshold": [0.5]}},
+        {"controller": "fast_dllm", "sweep": {"threshold": 0.5}},
+        {"controller": "fast_dllm", "sweep": {"threshold": [0.5], "block_length": [1]}},
+        {"controller": "fast_dllm", "params": {"threshold": 0.5}, "sweep": {"threshold": [0.7]}},
+        {"controller": "llada", "params": {"steps_per_token": 0.5}, "sweep": {"steps": [2, 4]}},
+        {"controller": "fast_dllm", "sweep": {"cache": ["none", "bogus"]}},
+        {"suite": "baselines", "sweep": {"threshold": [0.5]}},
+        {"controller": "margin_topk", "sweep": {"eta": [0.2, 1.5]}},
+        {"controller": "fast_dllm", "sweep": {"seed": [1, 2]}}])
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(doc, source="bad.yaml")
+    problems = dict(info.value.problems)
+    assert "repeats a value" in problems["strategies[0].sweep.threshold"]
+    assert "fast_dllm.threshold=-1 is out of range" in problems["strategies[0].sweep.threshold[1]"]
+    assert "did you mean 'threshold'?" in problems["strategies[1].sweep.treshold"]
+    assert "nor a decoding option" in problems["strategies[1].sweep.treshold"]
+    assert "a non-empty list of values" in problems["strategies[2].sweep.threshold"]
+    assert "one parameter and its values" in problems["strategies[3].sweep"]
+    assert "params.threshold is also set" in problems["strategies[4].sweep.threshold"]
+    assert "params.steps_per_token is also set" in problems["strategies[5].sweep.steps"]
+    assert "cache='bogus' is not allowed" in problems["strategies[6].sweep.cache[1]"]
+    assert "not allowed with 'suite'" in problems["strategies[7].sweep"]
+    assert "allowed: number in [0, 1]" in problems["strategies[8].sweep.eta[1]"]
+    assert "top-level 'seeds'" in problems["strategies[9].sweep.seed"]
+    assert str(info.value).startswith("bad.yaml: 11 problems")
+    # a sweep's curve may not be another entry's label or curve
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(two_strategy(strategies=[
+            {"label": "fast_dllm", "controller": "fast_dllm", "params": {"threshold": 0.95}},
+            {"controller": "fast_dllm", "sweep": {"threshold": [0.5, 0.7]}}]))
+    (path, msg), = info.value.problems
+    assert path == "strategies" and "curve 'fast_dllm' is drawn by more than one entry (strategies[0], strategies[1])" in msg
+    # a value that does not fit a task is reported at the value itself
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(two_strategy(strategies=[{"controller": "fast_dllm", "sweep": {"block_length": [1, 3]}}]))
+    (path, msg), = info.value.problems
+    assert path == "strategies[0].sweep.block_length[1]" and "block_length=3 does not divide" in msg
+
+
 # ---------------------------------------------------------------------- running and resuming
 def test_runs_end_to_end_resumes_after_a_kill_and_never_recomputes(tmp_path, monkeypatch):
     path = write(tmp_path, two_strategy())
