@@ -32,6 +32,7 @@ Where this differs from the reference code, on purpose:
 from __future__ import annotations
 
 import math
+from itertools import pairwise
 from typing import Iterable, Mapping, Sequence
 
 ALPHA = 3.0
@@ -83,7 +84,7 @@ def aup(points: Iterable[Sequence[float]], y_max: float, *, alpha: float = ALPHA
                          "accuracy any strategy reaches on the task")
     rho1, y1 = pts[0]
     total = rho1 * y1
-    for (r0, y0), (r1, y1_) in zip(pts, pts[1:]):
+    for (r0, y0), (r1, y1_) in pairwise(pts):
         total += 0.5 * (r1 - r0) * (y1_ * weight(y1_, y_max, alpha) + y0 * weight(y0, y_max, alpha))
     return total
 

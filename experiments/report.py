@@ -4,14 +4,19 @@ Input: run folders written by :func:`experiments.runner.run_experiment` (``summa
 ``environment.json``, ``invocations.jsonl``). Rows of the same experiment, task and strategy are
 averaged over seeds (peak memory: the maximum). Per task the report shows
 
-* a quality-versus-NFE plot: one point per strategy, coloured by kind (reference, baseline,
-  heuristic, tuned, learned, oracle), triangles for strategies with lookahead, the Pareto front
-  (fewest NFE for a quality) as a step line and the oracle as a star: the upper bound on tokens per
-  forward at the reference's quality;
-* a table ``strategy | kind | lookahead | quality | NFE | tokens per forward | ms per token | peak memory``.
+* a plot of quality against tokens per forward (:mod:`experiments.plots`): one line per curve (the
+  strategies of one sweep), single strategies as markers coloured by kind, the one-token-per-step
+  reference and the oracle marked;
+* AUP, accuracy under parallelism (:mod:`experiments.aup`), per curve, with ``y_max`` the best
+  accuracy on the task; a strategy that is no sweep is a curve of one point;
+* a table ``strategy | AUP | kind | lookahead | quality | NFE | tokens per forward | ms per token |
+  peak memory``, sorted by AUP (the rows of a curve together, by tokens per forward).
 
-``docs/benchmark.json`` holds the same rows as a list of objects with at least ``task``,
-``strategy``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``, ``ms_per_token``, ``peak_mem_mb``.
+``docs/benchmark.json`` is ``{"rows": [...], "tasks": {...}}``: ``rows`` are objects with at least
+``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
+``ms_per_token``, ``peak_mem_mb``, ``aup`` (its curve's); ``tasks`` maps each task's name (``exp /
+task`` when several experiments are reported) to ``{"experiment", "task", "quality_metric",
+"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note"}``.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-KIND_ORDER = ("reference", "baseline", "heuristic", "tuned", "learned", "oracle")
-KIND_COLOURS = {"reference": "#000000", "baseline": "#1f77b4", "heuristic": "#2ca02c", "tuned": "#ff7f0e",
-                "learned": "#9467bd", "oracle": "#d62728"}
+from experiments.aup import task_aup
+from experiments.plots import KIND_COLOURS, KIND_ORDER, curves_of, pareto_front, plot_task, quality_label
+
+__all__ = ["KIND_COLOURS", "KIND_ORDER", "ReportError", "aggregate", "find_runs", "headline", "pareto_front",
+           "plot_task", "task_aup_scores", "write_report"]
 
 
 class ReportError(ValueError):
@@ -89,6 +96,7 @@ def aggregate(runs: Sequence[RunInfo]) -> list[dict]:
         acc = _mean([r["accuracy"] for r in rows])
         row = {
             "experiment": exp, "task": task, "task_name": first.get("task_name", task), "strategy": strategy,
+            "curve": first.get("curve") or strategy, "sweep": first.get("sweep"),
             "kind": first.get("kind", "heuristic"), "lookahead": bool(first.get("lookahead")),
             "controller": first.get("controller"), "params": first.get("params") or {},
             "accuracy": min(1.0, max(0.0, acc)) if acc is not None else 0.0,
@@ -110,79 +118,8 @@ def aggregate(runs: Sequence[RunInfo]) -> list[dict]:
     return out
 
 
-def pareto_front(points: Sequence[tuple[float, float]], higher_is_better: bool = True) -> list[int]:
-    """Indices of the points not dominated in (fewer NFE, better quality), sorted by NFE."""
-    sign = 1.0 if higher_is_better else -1.0
-    idx = [i for i, (x, y) in enumerate(points) if x is not None and y is not None]
-    front = []
-    for i in idx:
-        xi, yi = points[i][0], sign * points[i][1]
-        dominated = any(
-            (points[j][0] <= xi and sign * points[j][1] >= yi) and (points[j][0] < xi or sign * points[j][1] > yi)
-            for j in idx if j != i)
-        if not dominated:
-            front.append(i)
-    return sorted(front, key=lambda i: points[i][0])
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "task"
-
-
-def _quality_label(row: dict) -> str:
-    q = row["quality_metric"]
-    name = "accuracy" if q == "accuracy" else q.replace("_", " ")
-    return f"{name} ({'higher' if row['higher_is_better'] else 'lower'} is better)"
-
-
-def plot_task(rows: list[dict], path: Path, title: str) -> Path:
-    """The quality-versus-NFE Pareto plot of one task's rows, as a PNG."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
-    hib = rows[0]["higher_is_better"]
-    pts = [(r["nfe"], r["quality"]) for r in rows]
-    for kind in KIND_ORDER:
-        for look in (False, True):
-            sel = [r for r in rows if r["kind"] == kind and r["lookahead"] == look and r["quality"] is not None]
-            if not sel:
-                continue
-            marker = "*" if kind == "oracle" else ("s" if kind == "reference" else ("^" if look else "o"))
-            size = 160 if kind == "oracle" else 46
-            ax.scatter([r["nfe"] for r in sel], [r["quality"] for r in sel], c=KIND_COLOURS[kind], marker=marker,
-                       s=size, label=kind + (" + lookahead" if look else ""), zorder=3, edgecolors="white",
-                       linewidths=0.5)
-    front = pareto_front([p if rows[i]["kind"] != "oracle" else (None, None) for i, p in enumerate(pts)], hib)
-    if len(front) > 1:
-        ax.step([pts[i][0] for i in front], [pts[i][1] for i in front], where="post", color="#888888",
-                lw=1, ls="--", zorder=2, label="Pareto front")
-    for r in rows:
-        if r["quality"] is None:
-            continue
-        ax.annotate(_short(r["strategy"]), (r["nfe"], r["quality"]), fontsize=6, xytext=(3, 3),
-                    textcoords="offset points", color="#333333")
-    oracle = [r for r in rows if r["kind"] == "oracle" and r["quality"] is not None]
-    if oracle:
-        ax.axvline(oracle[0]["nfe"], color=KIND_COLOURS["oracle"], lw=0.8, ls=":", zorder=1)
-    if rows[0]["quality_metric"] == "accuracy":
-        ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("NFE per sample (forward passes, lower is cheaper)")
-    ax.set_ylabel(_quality_label(rows[0]))
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="best", framealpha=0.8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
-
-
-def _short(label: str, limit: int = 28) -> str:
-    return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
 def _f(v: Any, digits: int = 3) -> str:
@@ -194,6 +131,42 @@ def _f(v: Any, digits: int = 3) -> str:
 def _sort_key(r: dict) -> tuple:
     kind = KIND_ORDER.index(r["kind"]) if r["kind"] in KIND_ORDER else len(KIND_ORDER)
     return (kind, r["lookahead"], r["nfe"] if r["nfe"] is not None else math.inf)
+
+
+def task_aup_scores(rows: Sequence[dict]) -> dict[str, Any]:
+    """AUP of every curve of one task: ``{"aup": {curve: AUP}, "y_max": percent, "curves": {curve:
+    [strategy, ...] by tokens per forward}, "note": why there is no AUP, or None}``.
+
+    AUP reads the task's quality in percent, so it needs a higher-is-better quality in [0, 1]
+    (accuracy, exact match, BLEU, ...); a lower-is-better one (perplexity) gets none."""
+    curves = curves_of(rows)
+    out: dict[str, Any] = {"aup": {}, "y_max": None, "note": None,
+                           "curves": {c: [r["strategy"] for r in pts] for c, pts in curves.items()}}
+    q = rows[0]["quality_metric"] if rows else "accuracy"
+    if rows and not rows[0]["higher_is_better"]:
+        out["note"] = f"no AUP: {q} is lower-is-better, AUP needs an accuracy"
+    elif any(not -1e-9 <= r["quality"] <= 1 + 1e-9 for pts in curves.values() for r in pts):
+        out["note"] = f"no AUP: {q} is not a fraction in [0, 1]"
+    else:
+        pts = {c: [(r["tpf"], min(100.0, max(0.0, 100.0 * r["quality"]))) for r in rs if r["tpf"] > 0]
+               for c, rs in curves.items()}
+        pts = {c: p for c, p in pts.items() if p}
+        if pts:
+            out["aup"], out["y_max"] = task_aup(pts)
+    return out
+
+
+def _by_aup(rows: list[dict], aups: dict[str, float]) -> list[dict]:
+    """Rows by their curve's AUP, best first, a curve's rows together by tokens per forward, the
+    oracle (a bound, not a competitor) last; without AUP, by kind, lookahead and NFE."""
+    if not aups:
+        return sorted(rows, key=_sort_key)
+    first = {}
+    for r in sorted(rows, key=_sort_key):
+        first.setdefault(r["curve"], _sort_key(r))
+    return sorted(rows, key=lambda r: (r["kind"] == "oracle", -aups.get(r["curve"], -math.inf), first[r["curve"]],
+                                       r["curve"],
+                                       r["tpf"] if r["tpf"] is not None else math.inf))
 
 
 def headline(rows: list[dict], tolerance: float = 0.01) -> dict[str, Any]:
@@ -261,30 +234,45 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
                       + "; ".join(f"{s['strategy']} on {s['task']}" for s in skipped))
         md.append("")
     md += ["## Headline", ""]
-    heads = {}
+    tasks: dict[str, dict] = {}
     for (exp, task), trows in by_task.items():
         h = headline(trows)
-        heads[(exp, task)] = h
         name = f"{exp} / {task}" if multi else task
+        scores = tasks[name] = {"experiment": exp, "task": task, "quality_metric": trows[0]["quality_metric"],
+                                **task_aup_scores(trows)}
+        for r in trows:
+            r["aup"] = scores["aup"].get(r["curve"])
+        oracles = {r["curve"] for r in trows if r["kind"] == "oracle"}
+        best_aup = max(((c, v) for c, v in scores["aup"].items() if c not in oracles), key=lambda kv: kv[1],
+                       default=None)
         md.append(f"- **{name}**: reference {_row_text(h['reference'])}; best within 1 point of it: "
-                  f"{_row_text(h['best'])}; oracle bound: {_row_text(h['oracle'])}")
+                  f"{_row_text(h['best'])}; oracle bound: {_row_text(h['oracle'])}; highest AUP: "
+                  + (f"{best_aup[0]} ({best_aup[1]:.1f})" if best_aup else scores["note"] or "–"))
     md.append("")
     for (exp, task), trows in by_task.items():
-        trows = sorted(trows, key=_sort_key)
         name = f"{exp} / {task}" if multi else task
+        scores = tasks[name]
+        trows = _by_aup(trows, scores["aup"])
         slug = _slug(f"{exp}-{task}" if multi else task)
         png = plots_dir / f"benchmark-{slug}.png"
         seeds = sorted({s for r in trows for s in r["seeds"]})
-        plot_task(trows, png, f"{name}: {_quality_label(trows[0])} vs NFE (n={trows[0]['n']}, seeds {seeds})")
+        plot_task(trows, png, f"{name}: {quality_label(trows[0])} vs tokens per forward (n={trows[0]['n']}, "
+                  f"seeds {seeds})", scores["aup"])
         written[f"plot:{name}"] = png
-        md += [f"## {name}", "", f"![{name}: quality versus NFE](plots/{png.name})", ""]
+        md += [f"## {name}", "", f"![{name}: quality versus tokens per forward](plots/{png.name})", ""]
+        if scores["aup"]:
+            md += [f"Sorted by AUP (y_max = {scores['y_max']:.1f} %, the best accuracy on this task); the rows of a "
+                   "curve share its AUP; the oracle, a bound, comes last.", ""]
+        elif scores["note"]:
+            md += [scores["note"][0].upper() + scores["note"][1:] + ".", ""]
         qname = "accuracy" if trows[0]["quality_metric"] == "accuracy" else trows[0]["quality_metric"]
         extra = [m for m in sorted({m for r in trows for m in r["metrics"]}) if m != trows[0]["quality_metric"]]
-        head = ["strategy", "kind", "lookahead", f"quality: {qname}", *([] if qname == "accuracy" else ["accuracy"]),
+        head = ["strategy", "AUP", "kind", "lookahead", f"quality: {qname}",
+                *([] if qname == "accuracy" else ["accuracy"]),
                 *extra, "NFE", "tokens per forward", "ms per token", "peak memory (MB)"]
         md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         for r in trows:
-            vals = [r["strategy"], r["kind"], "yes" if r["lookahead"] else "no", _f(r["quality"])]
+            vals = [r["strategy"], _f(r["aup"], 1), r["kind"], "yes" if r["lookahead"] else "no", _f(r["quality"])]
             if qname != "accuracy":
                 vals.append(_f(r["accuracy"]))
             vals += [_f(r["metrics"].get(m)) for m in extra]
@@ -299,15 +287,23 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
            "Dream, Fast-dLLM, EB, ...); `heuristic`, `tuned` (Optuna) and `learned` are this project's "
            "controllers; `oracle` commits exactly the tokens the reference ends with, the upper bound on tokens "
            "per forward at the reference's output.",
-           "- *tokens per forward* = generated positions / NFE, averaged over samples.", ""]
+           "- *tokens per forward* = generated positions / NFE, averaged over samples.",
+           "- *AUP* (accuracy under parallelism, the d3LLM leaderboard's score): over a curve's points (ρ tokens per "
+           "forward, y accuracy in percent) sorted by ρ, those more than 5 points below the first dropped, "
+           "AUP = ρ₁·y₁ + Σ ½(ρᵢ − ρᵢ₋₁)(yᵢ·W(yᵢ) + yᵢ₋₁·W(yᵢ₋₁)) with W(y) = min(exp(−3(1 − y/y_max)), 1): "
+           "the area under the curve, discounting accuracy lost against the best strategy. A curve is the "
+           "points of one sweep. A single point scores its unweighted rectangle ρ·y (as in the reference), so a fast, "
+           "inaccurate single point can outscore an accurate one: compare sweeps.", ""]
     md_path = out / "benchmark.md"
     md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
-    json_rows = [{k: r[k] for k in ("experiment", "task", "strategy", "kind", "accuracy", "nfe", "tpf", "ms_per_token",
-                                     "peak_mem_mb", "lookahead", "quality_metric", "quality", "higher_is_better",
-                                     "controller", "params", "n", "seeds", "metrics", "model", "lookahead_nfe")}
+    json_rows = [{k: r[k] for k in ("experiment", "task", "strategy", "curve", "sweep", "kind", "aup", "accuracy",
+                                     "nfe", "tpf", "ms_per_token", "peak_mem_mb", "lookahead", "quality_metric",
+                                     "quality", "higher_is_better", "controller", "params", "n", "seeds", "metrics",
+                                     "model", "lookahead_nfe")}
                  for r in rows]
     json_path = out / "benchmark.json"
-    json_path.write_text(json.dumps(json_rows, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    json_path.write_text(json.dumps({"rows": json_rows, "tasks": tasks}, indent=2, ensure_ascii=False) + "\n",
+                         encoding="utf-8")
     written["markdown"] = md_path
     written["json"] = json_path
     return written

@@ -12,9 +12,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         "report", help="write the benchmark report from finished runs",
         description=(
             "Read run folders written by 'adec run' and write, into --out: benchmark.md (per task a "
-            "quality-versus-NFE Pareto plot, then the table strategy | quality | NFE | tokens per "
-            "forward | ms per token | peak memory, with the machine, the commands and the seeds), "
-            "plots/benchmark-<task>.png and benchmark.json.\n\n"
+            "plot of quality against tokens per forward, one line per sweep, then the table strategy | "
+            "AUP | quality | NFE | tokens per forward | ms per token | peak memory sorted by AUP, "
+            "accuracy under parallelism; with the machine, the commands and the seeds), "
+            "plots/benchmark-<task>.png and benchmark.json (rows, and per task AUP per curve and y_max).\n\n"
             "Example:\n  adec report --runs runs/benchmark --out docs/"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -1,0 +1,110 @@
+"""The report's per-task plot: quality against tokens per forward, one line per curve.
+
+A *curve* is the strategies of one sweep (:mod:`experiments.sweeps`), drawn as a line through its
+points in order of tokens per forward and named with its AUP (:mod:`experiments.aup`); a strategy
+that is no sweep is a single marker coloured by its kind. The one-token-per-step reference is a
+black square with a dotted horizontal line at its quality, the oracle a red star with a dotted
+vertical line at its tokens per forward (the most parallel decode that reproduces the reference).
+The Pareto front (most tokens per forward for a quality, the oracle left out) is a dashed grey step.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from pathlib import Path
+from typing import Optional, Sequence
+
+KIND_ORDER = ("reference", "baseline", "heuristic", "tuned", "learned", "oracle")
+KIND_COLOURS = {"reference": "#000000", "baseline": "#1f77b4", "heuristic": "#2ca02c", "tuned": "#ff7f0e",
+                "learned": "#9467bd", "oracle": "#d62728"}
+
+
+def pareto_front(points: Sequence[tuple[float, float]], higher_is_better: bool = True) -> list[int]:
+    """Indices of the points not dominated in (smaller x, better quality), sorted by x."""
+    sign = 1.0 if higher_is_better else -1.0
+    idx = [i for i, (x, y) in enumerate(points) if x is not None and y is not None]
+    front = []
+    for i in idx:
+        xi, yi = points[i][0], sign * points[i][1]
+        dominated = any(
+            (points[j][0] <= xi and sign * points[j][1] >= yi) and (points[j][0] < xi or sign * points[j][1] > yi)
+            for j in idx if j != i)
+        if not dominated:
+            front.append(i)
+    return sorted(front, key=lambda i: points[i][0])
+
+
+def quality_label(row: dict) -> str:
+    q = row["quality_metric"]
+    name = "accuracy" if q == "accuracy" else q.replace("_", " ")
+    return f"{name} ({'higher' if row['higher_is_better'] else 'lower'} is better)"
+
+
+def short(label: str, limit: int = 28) -> str:
+    return label if len(label) <= limit else label[: limit - 1] + "…"
+
+
+def curves_of(rows: Sequence[dict]) -> "OrderedDict[str, list[dict]]":
+    """The rows with a quality and tokens per forward, grouped by ``curve`` (file order), each by tokens per forward."""
+    out: "OrderedDict[str, list[dict]]" = OrderedDict()
+    for r in rows:
+        if r.get("quality") is not None and r.get("tpf") is not None:
+            out.setdefault(r.get("curve") or r["strategy"], []).append(r)
+    for pts in out.values():
+        pts.sort(key=lambda r: r["tpf"])
+    return out
+
+
+def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = None) -> Path:
+    """The quality-versus-tokens-per-forward plot of one task's rows (``aup``: curve -> AUP), as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9.5, 5.0), dpi=120)
+    curves = curves_of(rows)
+    palette = plt.get_cmap("Dark2")  # not the kind colours (tab10), so a line is never read as a kind
+    lines = [c for c, pts in curves.items() if len(pts) > 1]
+    for i, name in enumerate(lines):
+        pts = curves[name]
+        score = (aup or {}).get(name)
+        ax.plot([r["tpf"] for r in pts], [r["quality"] for r in pts], color=palette(i % 8), lw=1.4, ms=5,
+                marker="^" if pts[0]["lookahead"] else "o", zorder=3,
+                label=short(name, 34) + (f" (AUP {score:.1f})" if score is not None else ""))
+    singles = [pts[0] for pts in curves.values() if len(pts) == 1]
+    for kind in KIND_ORDER:
+        for look in (False, True):
+            sel = [r for r in singles if r["kind"] == kind and r["lookahead"] == look]
+            if not sel:
+                continue
+            marker = "*" if kind == "oracle" else ("s" if kind == "reference" else ("^" if look else "o"))
+            ax.scatter([r["tpf"] for r in sel], [r["quality"] for r in sel], c=KIND_COLOURS[kind], marker=marker,
+                       s=170 if kind == "oracle" else 46, zorder=4, edgecolors="white", linewidths=0.5,
+                       label=("reference (1 token per step)" if kind == "reference" else kind)
+                       + (" + lookahead" if look else ""))
+            for r in sel:
+                ax.annotate(short(r["strategy"]), (r["tpf"], r["quality"]), fontsize=6, xytext=(3, 3),
+                            textcoords="offset points", color="#333333")
+    flat = [r for pts in curves.values() for r in pts if r["kind"] != "oracle"]
+    front = pareto_front([(-r["tpf"], r["quality"]) for r in flat], rows[0]["higher_is_better"])
+    if len(front) > 1:
+        ax.step([flat[i]["tpf"] for i in front], [flat[i]["quality"] for i in front], where="post", color="#888888",
+                lw=0.9, ls="--", zorder=2, label="Pareto front")
+    for r in rows:
+        if r["kind"] == "reference" and r.get("quality") is not None:
+            ax.axhline(r["quality"], color=KIND_COLOURS["reference"], lw=0.7, ls=":", zorder=1)
+        if r["kind"] == "oracle" and r.get("tpf") is not None:
+            ax.axvline(r["tpf"], color=KIND_COLOURS["oracle"], lw=0.8, ls=":", zorder=1)
+    if rows[0]["quality_metric"] == "accuracy":
+        ax.set_ylim(-0.03, 1.03)
+    ax.set_xlabel("tokens per forward (generated positions / NFE; higher is more parallel)")
+    ax.set_ylabel(quality_label(rows[0]))
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), framealpha=0.8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
