@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "run",
     "report",
     "profile",
+    "lm_eval",
 )
 
 
