@@ -16,6 +16,7 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
+from experiments.published import check_published
 from experiments.spec import (
     KINDS,
     SPLITS,
@@ -117,12 +118,15 @@ def parse_experiment(raw: Any, source: str = "<experiment>") -> Experiment:
 
     tasks = _parse_tasks(c, raw.get("tasks"), metrics)
     strategies = _parse_strategies(c, raw.get("strategies"), [t.name for t in tasks])
+    published = check_published(c, raw.get("published"), [(t.name, t.key) for t in tasks],
+                                {s.label: s.tasks for s in strategies})
     exp = Experiment(
         name=str(name or "experiment"), tasks=tasks, strategies=strategies, model=raw.get("model", "tiny-{task}"),
         description=str(raw.get("description") or ""), device=device if isinstance(device, str) else "cpu",
         n=raw.get("n", 100), split=split, batch_size=raw.get("batch_size", 64), repeats=raw.get("repeats", 1),
         data_seed=raw.get("data_seed", 0), seeds=list(seeds), decode=dict(decode) if isinstance(decode, dict) else {},
         metrics=list(metrics) if isinstance(metrics, list) else [], on_missing=on_missing, source=source, raw=raw,
+        published=published,
     )
     if not c.problems:
         _check_combinations(c, exp)

@@ -16,7 +16,11 @@ averaged over seeds (peak memory: the maximum). Per task the report shows
 ``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
 ``ms_per_token``, ``peak_mem_mb``, ``aup`` (its curve's); ``tasks`` maps each task's name (``exp /
 task`` when several experiments are reported) to ``{"experiment", "task", "quality_metric",
-"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note"}``.
+"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note"}``; ``published`` lists
+the experiment files' ``published`` tables (:mod:`experiments.published`), shown in the markdown after
+the headline: ``{"experiment", "title", "source", "note", "columns": {title: task}, "rows": [{"label",
+"strategy", "cells": {column: {"ours", "unit", "nfe", "tpf", "n", "seeds", "paper"}}}]}`` (``ours`` in
+percent when ``unit`` is ``"percent"``; ``None`` where the strategy has not run or no figure is given).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any, Optional, Sequence
 
 from experiments.aup import task_aup
 from experiments.plots import KIND_COLOURS, KIND_ORDER, curves_of, pareto_front, plot_task, quality_label
+from experiments.published import published_tables
 
 __all__ = ["KIND_COLOURS", "KIND_ORDER", "ReportError", "aggregate", "find_runs", "headline", "pareto_front",
            "plot_task", "task_aup_scores", "write_report"]
@@ -249,6 +254,8 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
                   f"{_row_text(h['best'])}; oracle bound: {_row_text(h['oracle'])}; highest AUP: "
                   + (f"{best_aup[0]} ({best_aup[1]:.1f})" if best_aup else scores["note"] or "–"))
     md.append("")
+    published_md, published = published_tables(runs, rows, multi)
+    md += published_md
     for (exp, task), trows in by_task.items():
         name = f"{exp} / {task}" if multi else task
         scores = tasks[name]
@@ -302,7 +309,7 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
                                      "model", "lookahead_nfe")}
                  for r in rows]
     json_path = out / "benchmark.json"
-    json_path.write_text(json.dumps({"rows": json_rows, "tasks": tasks}, indent=2, ensure_ascii=False) + "\n",
+    json_path.write_text(json.dumps({"rows": json_rows, "tasks": tasks, "published": published}, indent=2, ensure_ascii=False) + "\n",
                          encoding="utf-8")
     written["markdown"] = md_path
     written["json"] = json_path

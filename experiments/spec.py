@@ -34,9 +34,23 @@ docs/experiments.md for the long form)::
         sweep: {gamma: [0.01, 0.1, 1.0]}   # labels "eb (gamma=0.01)", ...; one parameter (a controller
                                      # parameter or a decoding option), values checked like params
 
+    published:                       # tables of a paper's numbers beside this run's (experiments.published)
+      - title: "9×9 Sudoku: Kim et al. 2025 (Table 2) beside this run"    # required
+        source: "Kim et al. 2025, arXiv 2502.06768, Table 2"              # optional
+        note: "what differs: model size, data, training"                  # optional
+        columns: {all: sudoku9, hard: "sudoku9(grade=hard)"}   # required: title -> a task (name, or
+                                     # name(param=value,...) as the report's rows label it)
+        rows:                        # required
+          - {label: top margin, strategy: "margin (1 cell/step)", published: {all: 89.49, hard: 49.88}}
+                                     # strategy: a label of this file; published: column -> number (percent)
+
 A ``sweep`` (:mod:`experiments.sweeps`) expands at load time into one strategy per value, labelled
 ``<label> (<param>=<value>)`` and carrying ``curve: <label>``; the report draws a curve as one line
 of accuracy against tokens per forward and scores it with AUP (:mod:`experiments.aup`).
+
+``published`` (:mod:`experiments.published`) is stored with the file in the run folder
+(``experiment.yaml``); the report renders each table with the run's quality in percent, NFE and tokens
+per forward beside the paper's figures (``—`` where a strategy has not run or a figure is not given).
 
 Model mapping: ``{name: ..., dtype: bfloat16, kind: llada, chat: true, trust_remote_code: true}``
 for a hub checkpoint, or ``{factory: "module:function", kwargs: {...}}`` for any callable that
@@ -68,7 +82,7 @@ from typing import Any, Optional, Sequence
 
 KINDS: tuple[str, ...] = ("reference", "baseline", "heuristic", "tuned", "learned", "oracle")
 TOP_KEYS = ("name", "description", "model", "device", "n", "split", "batch_size", "repeats", "data_seed",
-            "seeds", "decode", "metrics", "on_missing", "tasks", "strategies")
+            "seeds", "decode", "metrics", "on_missing", "tasks", "strategies", "published")
 TASK_KEYS = ("name", "params", "n", "metrics", "quality", "model", "decode")
 STRATEGY_KEYS = ("label", "controller", "params", "decode", "lookahead", "kind", "tasks", "prepare", "suite", "sweep")
 
@@ -178,6 +192,8 @@ class Experiment:
     raw: dict = field(default_factory=dict)
     #: ``(strategy path, task key, message, prepare command)`` of cells skipped by ``on_missing: skip``
     skipped: list = field(default_factory=list)
+    #: the ``published`` tables, normalised (:func:`experiments.published.check_published`)
+    published: list = field(default_factory=list)
 
     def cells(self) -> list[Cell]:
         """Every cell, in file order (tasks outer, strategies, seeds inner); skipped ones excluded."""
