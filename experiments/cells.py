@@ -79,7 +79,8 @@ def tiny_model(task: str = "addition", size: str = "tiny", train_steps: int = 0,
     torch.manual_seed(seed)
     den = TinyDenoiser(TinyConfig(vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id,
                                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                                  max_len=t.canvas_length, **MODEL_SIZES[size]))
+                                  max_len=t.canvas_length, structure=getattr(t, "attention_structure", None),
+                                  **MODEL_SIZES[size]))
     if train_steps:
         g = torch.Generator().manual_seed(seed)
         opt = torch.optim.AdamW(den.parameters(), lr=lr)

@@ -12,12 +12,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from framework.models.arch.layers import KVCache
+from framework.models.structure import structure_mask
 from framework.models.windowed import WindowedDenoiser
 
 #: architecture presets of :class:`TinyDenoiser` (``adec train-denoiser --size``)
 MODEL_SIZES: dict[str, dict] = {
     "tiny": dict(d_model=32, n_layers=2, n_heads=2, d_ff=64),  # tests: trains in seconds
     "small": dict(d_model=96, n_layers=4, n_heads=4, d_ff=384),  # the built-in models (~0.45M)
+    "medium": dict(d_model=128, n_layers=4, n_heads=4, d_ff=512),  # ~0.83M, 9x9 Sudoku
     "base": dict(d_model=192, n_layers=6, n_heads=6, d_ff=768),  # ~2.7M, for harder task variants
 }
 
@@ -36,6 +38,8 @@ class TinyConfig:
     n_heads: int = 4
     d_ff: int = 512
     dropout: float = 0.0
+    #: structured attention (:mod:`framework.models.structure`), ``None`` = full attention
+    structure: Optional[dict] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -61,6 +65,8 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
         self.encoder = nn.TransformerEncoder(layer, config.n_layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(config.d_model)
         self.head = nn.Linear(config.d_model, config.vocab_size)
+        allowed = structure_mask(config.structure, config.max_len)
+        self.register_buffer("allowed", allowed, persistent=False)  # not in the state dict
         self.apply(self._init)
 
     @staticmethod
@@ -104,6 +110,12 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
         if key_mask is not None:
             km = key_mask.bool()
             mask = (km | ~km.any(-1, keepdim=True))[:, None, None, :]  # a row with no real key stays finite
+        if self.allowed is not None:  # structured attention, by canvas position of query and key
+            n_keys = cache.length if cache is not None else t
+            key_pos = (torch.arange(n_keys, device=input_ids.device).expand(b, n_keys) if cache is not None
+                       else position_ids)
+            allowed = self.allowed[position_ids[:, :, None], key_pos[:, None, :]][:, None]  # [B, 1, T, S]
+            mask = allowed if mask is None else mask & allowed
         write_rows = None
         if cache is not None and write_valid is not None:
             write_rows = write_valid.bool().nonzero(as_tuple=True)

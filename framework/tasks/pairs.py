@@ -87,3 +87,53 @@ class PairsTask(Task):
                 other += 1
         return {"slots": len(groups), "valid": valid, "incoherent": incoherent, "other": other,
                 "extra": max(0, len(slots) - len(groups))}
+
+
+# ====================================================================== phrases (pairs at scale)
+@TASKS.register("phrases", aliases=("pairs_long",))
+class PhrasesTask(PairsTask):
+    """Pairs at scale: up to 42 phrase slots in a 128-token answer, in blocks, ended by ``[EOS]``.
+
+    The prompt has ``max_groups`` places: the groups, then ``.`` for unused places, then ``:`` (so the
+    answer starts at the same column whatever the number of slots). The answer is one phrase per
+    group, comma separated, padded with ``[EOS]`` to ``gen_length``: its length varies, so
+    predicting the end changes how many forwards a decoder needs. Every slot has three valid joint
+    modes; committing both words of a slot in one step risks "New Francisco".
+    """
+
+    params = {
+        "min_groups": Param(int, low=1, high=64, doc="fewest phrase slots per answer"),
+        "max_groups": Param(int, low=1, high=64, doc="most phrase slots (prompt places)"),
+        "length": Param(int, low=2, high=256, doc="answer slot length G in tokens (≥ 3·max_groups − 1)"),
+    }
+
+    def __init__(self, min_groups: int = 10, max_groups: int = 42, length: int = 128) -> None:
+        super().__init__(min_groups=min_groups, max_groups=max_groups)
+        self.length = length
+
+    def check_combination(self) -> None:
+        super().check_combination()
+        if self.length < 3 * self.max_groups - 1:
+            raise ParameterError(f"phrases.length={self.length} cannot hold max_groups={self.max_groups} "
+                                 f"phrases; allowed: length ≥ {3 * self.max_groups - 1}")
+
+    @property
+    def gen_length(self) -> int:
+        return self.length
+
+    @property
+    def default_block_length(self) -> int:
+        return 32
+
+    @property
+    def max_prompt_length(self) -> int:
+        return self.max_groups + 1
+
+    def _sample(self, rng: random.Random) -> tuple[str, str, dict]:
+        _, answer, meta = super()._sample(rng)
+        places = meta["groups"] + ["."] * (self.max_groups - len(meta["groups"]))
+        return " ".join(places) + ":", answer, meta
+
+    @staticmethod
+    def groups_of(example: Example) -> list[str]:
+        return list(example.meta.get("groups") or [w for w in example.prompt.rstrip(":").split() if w != "."])

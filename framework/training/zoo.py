@@ -10,7 +10,9 @@ A saved tiny denoiser is a folder (loadable with torch and json alone, no Lightn
 
 Built-in names (``tiny-addition``, ``tiny-sorting``, ``tiny-sudoku``, ``tiny-pairs``) live in
 ``default_cache_dir()/models/<name>``; :func:`load_model` trains them on first use (about 10 CPU
-minutes each) and reuses them afterwards. A folder holding a Hugging Face ``config.json``, or a
+minutes each) and reuses them afterwards. ``tiny-sudoku9`` ships with the package
+(``framework/models/weights/tiny-sudoku9``, about 3.4 MB, with the command that reproduces it), so
+it needs no training; a folder of that name in the cache takes precedence. A folder holding a Hugging Face ``config.json``, or a
 hub name ``org/name`` found in the local Hugging Face cache, is delegated to
 :func:`framework.models.hub_loading.load_hub_model`. Nothing here ever downloads or deletes a file.
 """
@@ -61,6 +63,8 @@ MODELS: Registry[ModelSpec] = Registry("model", entry_point_group="adaptive_deco
 MODELS.add("tiny-addition", ModelSpec("addition", "3-digit addition, tiny bidirectional Transformer"))
 MODELS.add("tiny-sorting", ModelSpec("sorting", "sort 4-8 digits, tiny bidirectional Transformer"))
 MODELS.add("tiny-sudoku", ModelSpec("sudoku", "4x4 Sudoku, tiny bidirectional Transformer"))
+MODELS.add("tiny-sudoku9", ModelSpec("sudoku9", "9x9 Sudoku, Transformer with row/column/box attention"))
+MODELS.add("tiny-phrases", ModelSpec("phrases", "pairs at scale: up to 42 phrase slots in 128 tokens"))
 MODELS.add("tiny-pairs", ModelSpec("pairs", "paired phrases (New York / San Francisco), tiny Transformer"))
 
 
@@ -129,6 +133,9 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
         raise UnknownNameError(f"unknown model {name_or_path!r} (and no such folder). Tried: {tried}")
     spec: ModelSpec = MODELS.get(name_or_path)
     folder = model_dir(name_or_path)
+    shipped = packaged_dir(name_or_path)
+    if not (folder / CONFIG_FILE).exists() and (shipped / CONFIG_FILE).exists():
+        folder = shipped  # weights that ship with the package; a trained copy in the cache wins
     if not (folder / CONFIG_FILE).exists():
         if not train_if_missing:
             raise CheckpointError(
@@ -146,6 +153,16 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
             f"it is used as is (move the folder away to retrain)", UserWarning, stacklevel=2,
         )
     return _cast(loaded, dtype, torch_dtype)
+
+
+#: built-in models whose weights ship inside the package (framework/models/weights/<name>), so the
+#: README's main job runs without training; each folder's recipe.md says how to reproduce it
+PACKAGED_WEIGHTS = Path(__file__).resolve().parent.parent / "models" / "weights"
+
+
+def packaged_dir(name: str) -> Path:
+    """Folder of a built-in model's packaged weights (it may not exist)."""
+    return PACKAGED_WEIGHTS / name
 
 
 def _tried(name: str, path: Path) -> str:

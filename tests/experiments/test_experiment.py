@@ -107,14 +107,23 @@ def test_missing_tuned_file_is_an_error_or_a_skip_with_its_prepare_command(tmp_p
     assert "skipping strategies[1]" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["smoke", "benchmark", "llada_multigpu"])
+@pytest.mark.parametrize("name", ["smoke", "smoke_benchmark", "benchmark", "llada_multigpu"])
 def test_shipped_experiments_validate(name, tmp_path):
     overrides = {"on_missing": "skip"}
     if name == "llada_multigpu":  # the real checkpoint is not in this machine's cache: a folder stands in
         overrides["model"] = {"factory": "experiments.cells:tiny_model", "kwargs": {"task": "{task}"}}
     exp = load_experiment(ROOT / "experiments" / "configs" / f"{name}.yaml", overrides=overrides)
     kinds = {c.kind for c in exp.cells()}
-    if name == "benchmark":
+    if name == "benchmark":  # the hard tasks: every parallel decoder is a curve of at least two points
+        assert {"reference", "baseline", "heuristic", "oracle"} <= kinds
+        assert "learned" in {s.kind or _controller_kind(s.controller) for s in exp.strategies}
+        curves: dict = {}
+        for s in exp.strategies:
+            curves.setdefault(s.curve or s.label, []).append(s)
+        singles = {c for c, pts in curves.items() if len(pts) == 1}
+        assert singles == {"sequential", "cadllm", "oracle"}
+        assert [p["title"] for p in exp.published] and {t.key for t in exp.tasks} >= {"sudoku9", "phrases"}
+    if name == "smoke_benchmark":
         assert {"reference", "baseline", "heuristic", "oracle"} <= kinds
         assert any(c.lookahead for c in exp.cells()) and any(not c.lookahead for c in exp.cells())
         assert {"tuned", "learned"} <= {s.kind or _controller_kind(s.controller) for s in exp.strategies}
