@@ -10,13 +10,18 @@ averaged over seeds (peak memory: the maximum). Per task the report shows
 * AUP, accuracy under parallelism (:mod:`experiments.aup`), per curve, with ``y_max`` the best
   accuracy on the task; a strategy that is no sweep is a curve of one point;
 * a table ``strategy | AUP | kind | lookahead | quality | NFE | tokens per forward | ms per token |
-  peak memory``, sorted by AUP (the rows of a curve together, by tokens per forward).
+  peak memory``, sorted by AUP (the rows of a curve together, by tokens per forward);
+* the matched-accuracy table (:mod:`experiments.matched`): each curve's most parallel point no more
+  than 1 point below the reference, and issue 12's targets (baseline spread, oracle room), met or not;
+  the headline counts the tasks that meet both.
 
 ``docs/benchmark.json`` is ``{"rows": [...], "tasks": {...}}``: ``rows`` are objects with at least
 ``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
 ``ms_per_token``, ``peak_mem_mb``, ``aup`` (its curve's); ``tasks`` maps each task's name (``exp /
 task`` when several experiments are reported) to ``{"experiment", "task", "quality_metric",
-"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note"}``; ``published`` lists
+"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched"}`` (``matched``:
+:func:`experiments.matched.matched_points`); ``matched`` counts the tasks meeting the targets
+(:func:`experiments.matched.matched_summary`); ``published`` lists
 the experiment files' ``published`` tables (:mod:`experiments.published`), shown in the markdown after
 the headline: ``{"experiment", "title", "source", "note", "columns": {title: task}, "rows": [{"label",
 "strategy", "cells": {column: {"ours", "unit", "nfe", "tpf", "n", "seeds", "paper"}}}]}`` (``ours`` in
@@ -35,6 +40,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from experiments.aup import task_aup
+from experiments.matched import matched_markdown, matched_points, matched_summary, summary_line
 from experiments.plots import KIND_COLOURS, KIND_ORDER, curves_of, pareto_front, plot_task, quality_label
 from experiments.published import published_tables
 
@@ -247,13 +253,15 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
                                 **task_aup_scores(trows)}
         for r in trows:
             r["aup"] = scores["aup"].get(r["curve"])
+        scores["matched"] = matched_points(trows, scores["aup"])
         oracles = {r["curve"] for r in trows if r["kind"] == "oracle"}
         best_aup = max(((c, v) for c, v in scores["aup"].items() if c not in oracles), key=lambda kv: kv[1],
                        default=None)
         md.append(f"- **{name}**: reference {_row_text(h['reference'])}; best within 1 point of it: "
                   f"{_row_text(h['best'])}; oracle bound: {_row_text(h['oracle'])}; highest AUP: "
                   + (f"{best_aup[0]} ({best_aup[1]:.1f})" if best_aup else scores["note"] or "–"))
-    md.append("")
+    matched = matched_summary(tasks)
+    md += [summary_line(matched), ""]
     published_md, published = published_tables(runs, rows, multi)
     md += published_md
     for (exp, task), trows in by_task.items():
@@ -286,6 +294,7 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
             vals += [_f(r["nfe"], 2), _f(r["tpf"], 2), _f(r["ms_per_token"], 3), _f(r["peak_mem_mb"], 1)]
             md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
         md.append("")
+        md += matched_markdown(name, scores["matched"], trows[0]["quality_metric"])
     md += ["## Reading the table", "",
            "- *quality*: the task's own score (exact match; for Sudoku any valid completion; for pairs every slot a "
            "valid phrase) unless the task names another metric (free text: generative perplexity under a small "
@@ -309,8 +318,8 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
                                      "model", "lookahead_nfe")}
                  for r in rows]
     json_path = out / "benchmark.json"
-    json_path.write_text(json.dumps({"rows": json_rows, "tasks": tasks, "published": published}, indent=2, ensure_ascii=False) + "\n",
-                         encoding="utf-8")
+    doc = {"rows": json_rows, "tasks": tasks, "matched": matched, "published": published}
+    json_path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     written["markdown"] = md_path
     written["json"] = json_path
     return written

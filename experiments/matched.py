@@ -1,0 +1,162 @@
+"""Matched accuracy: each curve's most parallel point no more than 1 point below the reference.
+
+Issue 12's targets compare strategies *at matched accuracy*: the quality of one-token-per-step
+decoding (the task's row of kind ``reference``) less ``tolerance`` (0.01, one point of a fraction in
+[0, 1]). Per task:
+
+* the **matched point** of a curve (a sweep's points share ``curve``; a single strategy is a curve of
+  one point) is its point with the most tokens per forward whose quality is ≥ reference − 0.01
+  (ties: the better quality); a curve none of whose points qualifies has none;
+* **baseline spread**: the best baseline's tokens per forward at its matched point over the worst
+  baseline's (baselines without a matched point left out; needs two), target ≥ 2×;
+* **oracle room**: the oracle's tokens per forward (at its matched point; it reproduces the
+  reference) over the best baseline's, target ≥ 2× (room for better controllers);
+* per controller kind (heuristic, tuned, learned) present: its best curve over the best baseline,
+  target > 1× (the controller beats every published sampler at matched accuracy).
+
+Only a higher-is-better quality that is a fraction in [0, 1] is matched; any other task (perplexity,
+a task without a reference) gets a note instead of a table.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional, Sequence
+
+from experiments.plots import KIND_ORDER, curves_of
+
+TOLERANCE = 0.01
+SPREAD_TARGET = 2.0
+ROOM_TARGET = 2.0
+CONTROLLER_KINDS = ("heuristic", "tuned", "learned")
+NONE_WITHIN = "no point within 1 point"
+_EPS = 1e-9  # "no more than 1 point below" includes exactly 1 point below, whatever the float rounding
+
+
+def _num(v: Any, digits: int) -> str:
+    return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
+
+
+def _target(num: Optional[dict], den: Optional[dict], target: float, strict: bool = False) -> dict[str, Any]:
+    """``num``'s tokens per forward over ``den``'s against ``target`` (``strict``: ratio > target)."""
+    value = num["tpf"] / den["tpf"] if num and den and den["tpf"] else None
+    met = value is not None and (value > target + _EPS if strict else value >= target - _EPS)
+    return {"value": value, "target": target, "met": met,
+            "of": num["curve"] if num else None, "over": den["curve"] if den else None,
+            "of_tpf": num["tpf"] if num else None, "over_tpf": den["tpf"] if den else None}
+
+
+def matched_points(rows: Sequence[dict], aups: Optional[dict] = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
+    """One task's matched table: ``{"reference": strategy, "threshold", "note", "points": [...],
+    "targets": {"baseline_spread", "oracle_room", "controllers": {kind: ...}}}``.
+
+    ``points`` has one entry per curve of kind reference, baseline, heuristic, tuned, learned or oracle
+    (by kind, then most tokens per forward first): ``{"curve", "kind", "strategy", "quality",
+    "accuracy", "nfe", "tpf", "aup"}``, ``strategy`` and the numbers ``None`` where no point is within
+    ``tolerance``. A target is ``{"value": ratio or None, "target", "met", "of", "over", "of_tpf",
+    "over_tpf"}``. Without a table (``note`` says why) ``points`` is empty and ``targets`` ``{}``."""
+    aups = aups or {}
+    out: dict[str, Any] = {"reference": None, "threshold": None, "note": None, "points": [], "targets": {}}
+    ref = next((r for r in rows if r["kind"] == "reference" and r.get("quality") is not None), None)
+    q = rows[0]["quality_metric"] if rows else "accuracy"
+    if ref is None:
+        out["note"] = "no matched-accuracy table: no reference (one-token-per-step) row on this task"
+        return out
+    if not ref["higher_is_better"]:
+        out["note"] = f"no matched-accuracy table: {q} is lower-is-better, matching needs an accuracy"
+        return out
+    curves = curves_of(rows)
+    if any(not -_EPS <= r["quality"] <= 1 + _EPS for pts in curves.values() for r in pts):
+        out["note"] = f"no matched-accuracy table: {q} is not a fraction in [0, 1]"
+        return out
+    threshold = ref["quality"] - tolerance
+    out["reference"], out["threshold"] = ref["strategy"], threshold
+    points = []
+    for curve, pts in curves.items():
+        kind = pts[0]["kind"]
+        if kind not in KIND_ORDER:
+            continue
+        ok = [r for r in pts if r["quality"] >= threshold - _EPS and r["tpf"] is not None]
+        best = max(ok, key=lambda r: (r["tpf"], r["quality"]), default=None)
+        points.append({"curve": curve, "kind": kind, "strategy": best["strategy"] if best else None,
+                       **{k: (best[k] if best else None) for k in ("quality", "accuracy", "nfe", "tpf")},
+                       "aup": aups.get(curve)})
+    points.sort(key=lambda p: (KIND_ORDER.index(p["kind"]), p["tpf"] is None, -(p["tpf"] or 0.0)))
+    out["points"] = points
+
+    def best_of(kind: str, worst: bool = False) -> Optional[dict]:
+        sel = [p for p in points if p["kind"] == kind and p["tpf"]]
+        return (min if worst else max)(sel, key=lambda p: p["tpf"], default=None)
+
+    baselines = [p for p in points if p["kind"] == "baseline" and p["tpf"]]
+    top = best_of("baseline")
+    out["targets"] = {
+        "baseline_spread": _target(top, best_of("baseline", worst=True) if len(baselines) > 1 else None,
+                                   SPREAD_TARGET),
+        "oracle_room": _target(best_of("oracle"), top, ROOM_TARGET),
+        "controllers": {k: _target(best_of(k), top, 1.0, strict=True)
+                        for k in CONTROLLER_KINDS if any(p["kind"] == k for p in points)},
+    }
+    return out
+
+
+def both_met(matched: dict) -> bool:
+    t = matched.get("targets") or {}
+    return bool(t) and t["baseline_spread"]["met"] and t["oracle_room"]["met"]
+
+
+def _mark(t: dict) -> str:
+    return "✓" if t["met"] else "✗"
+
+
+def _ratio_line(label: str, t: dict, target_text: str, missing: str) -> str:
+    if t["value"] is None:
+        return f"- {label}: – ({missing}; target {target_text}) ✗"
+    return (f"- {label}: {t['of']} ({_num(t['of_tpf'], 2)}) / {t['over']} ({_num(t['over_tpf'], 2)}) = "
+            f"{t['value']:.2f}× (target {target_text}) {_mark(t)}")
+
+
+def matched_markdown(name: str, matched: dict, quality_metric: str = "accuracy") -> list[str]:
+    """The task's matched-accuracy section (a table and the target lines, or the note)."""
+    md = [f"### {name}: matched accuracy", ""]
+    if matched["note"]:
+        return md + [matched["note"][0].upper() + matched["note"][1:] + ".", ""]
+    qname = "accuracy" if quality_metric == "accuracy" else quality_metric
+    md += [f"Each curve's most parallel point no more than 1 point below the reference ({matched['reference']}: "
+           f"{qname} ≥ {matched['threshold']:.3f}); tokens per forward compared at that point.", ""]
+    head = ["curve", "kind", "matched point", qname, *([] if qname == "accuracy" else ["accuracy"]),
+            "NFE", "tokens per forward", "AUP of the curve"]
+    md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for p in matched["points"]:
+        vals = [p["curve"], p["kind"], p["strategy"] or NONE_WITHIN, _num(p["quality"], 3)]
+        if qname != "accuracy":
+            vals.append(_num(p["accuracy"], 3))
+        vals += [_num(p["nfe"], 2), _num(p["tpf"], 2), _num(p["aup"], 1)]
+        md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
+    t = matched["targets"]
+    md += ["", _ratio_line("baseline spread (best / worst baseline)", t["baseline_spread"], "≥ 2×",
+                           "needs two baselines within 1 point"),
+           _ratio_line("oracle room (oracle / best baseline)", t["oracle_room"], "≥ 2×",
+                       "needs the oracle and a baseline within 1 point")]
+    for kind, ct in t["controllers"].items():
+        md.append(_ratio_line(f"best {kind} / best baseline", ct, "> 1×",
+                              f"needs a {kind} curve and a baseline within 1 point"))
+    return md + [""]
+
+
+def matched_summary(tasks: dict[str, dict]) -> dict[str, Any]:
+    """Over the tasks' ``matched`` entries: how many have a table, meet each target, meet both."""
+    with_table = [n for n, t in tasks.items() if t.get("matched", {}).get("targets")]
+    met = {k: [n for n in with_table if tasks[n]["matched"]["targets"][k]["met"]]
+           for k in ("baseline_spread", "oracle_room")}
+    both = [n for n in with_table if both_met(tasks[n]["matched"])]
+    return {"tasks": len(tasks), "with_table": len(with_table), "baseline_spread_met": len(met["baseline_spread"]),
+            "oracle_room_met": len(met["oracle_room"]), "both_met": len(both), "both_met_on": both}
+
+
+def summary_line(s: dict) -> str:
+    on = f": {', '.join(s['both_met_on'])}" if s["both_met_on"] else ""
+    return (f"- **Matched accuracy** (issue 12's targets, at no more than 1 point below one token per step): "
+            f"both targets met on {s['both_met']} of {s['with_table']} task(s) with a matched table{on} "
+            f"(baseline spread ≥ 2× on {s['baseline_spread_met']}, oracle room ≥ 2× on {s['oracle_room_met']}; "
+            f"the goal: at least 3 tasks)")
