@@ -40,7 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--controller fast_dllm:threshold=0.8 (repeatable)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="decoding option for every strategy (gen_length, block_length, temperature, eos_fill, ...)")
-    p.add_argument("--n", type=int, default=200, help="test examples (default: 200)")
+    p.add_argument("--n", type=int, default=100, help="test examples (default: 100)")
     p.add_argument("--batch-size", type=int, default=100, help="batch size (default: 100)")
     p.add_argument("--repeats", type=int, default=1,
                    help="timing repeats; ms/token is their median (default: 1; use 3 or more to compare times)")
