@@ -70,7 +70,8 @@ RECIPES: dict[str, Recipe] = {
     # 163-token canvas, peer-masked attention: ~0.8 s a step on 2 cores at batch 64
     "sudoku9": Recipe(size="medium", max_minutes=25.0, max_steps=2000, batch_size=64, lr=1e-3,
                       warmup_steps=100, val_size=128, val_every=500, n_test=300),
-    # 171-token canvas, up to 42 slots
+    # 171-token canvas, up to 42 slots: the words of a slot couple only after ~600 steps (loss 0.45 -> 0.2);
+    # measured: 1,001 steps in 32 min on one thread, 100% of 300 test answers one token per step
     "phrases": Recipe(max_minutes=30.0, max_steps=3000, batch_size=64, val_size=128, val_every=1000, n_test=300),
 }
 
