@@ -46,17 +46,16 @@ BASELINES: tuple[Strategy, ...] = (
 # The temporal-stability rule once listed here as "leap" is this project's heuristic, not LEAP (see
 # controllers/stability.py); benchmark.yaml runs it with the other heuristics as temporal_stability.
 
-#: the README's main job (``adec bench``): a few rows a newcomer should see, one per family, each
-#: near four tokens per forward where its knob allows, the reference and the oracle
+#: the README's main job (``adec bench``): a few rows a newcomer should see: the reference, random
+#: and confidence orders at four tokens per forward, two thresholds, EB, and the oracle
 NEWCOMER: tuple[Strategy, ...] = (
     Strategy("sequential (1 token/step)", "sequential"),
     Strategy("llada_random (G/4 steps)", "llada_random", {"steps_per_token": 0.25}),
     Strategy("llada (G/4 steps)", "llada", {"steps_per_token": 0.25}),
     Strategy("dream_margin (G/4 steps)", "dream_margin", {"steps_per_token": 0.25}),
-    Strategy("fast_dllm (τ=0.9)", "fast_dllm", {"threshold": 0.9}),
-    Strategy("fast_dllm (τ=0.7)", "fast_dllm", {"threshold": 0.7}),
     Strategy("eb (γ=0.1)", "eb", {"gamma": 0.1}),
-    Strategy("margin_topk (η=0.9)", "margin_topk", {"eta": 0.9}),
+    Strategy("fast_dllm (τ=0.9)", "fast_dllm", {"threshold": 0.9}),
+    Strategy("fast_dllm (τ=0.99)", "fast_dllm", {"threshold": 0.99}),
     Strategy("oracle", "oracle"),
 )
 

@@ -22,7 +22,8 @@ def register(sub: argparse._SubParsersAction) -> None:
             "model's forward time; then one line reading the table (the fastest strategy within "
             "one point of one-token-per-step decoding, and how far the oracle is above it).\n\n"
             "Default: 9x9 Sudoku (tiny-sudoku9 ships with the package, nothing to train) and the "
-            "'newcomer' suite: one row per family near four tokens per forward, and the oracle.\n\n"
+            "'newcomer' suite: one-token-per-step decoding, random and confidence order at four tokens "
+            "per forward, two Fast-dLLM thresholds, EB, and the oracle.\n\n"
             "Examples:\n  adec bench\n  adec bench --task addition --suite baselines --repeats 3\n"
             "  adec bench --controller fast_dllm:threshold=0.8 --controller oracle"
         ),
@@ -40,7 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "--controller fast_dllm:threshold=0.8 (repeatable)")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="decoding option for every strategy (gen_length, block_length, temperature, eos_fill, ...)")
-    p.add_argument("--n", type=int, default=100, help="test examples (default: 100)")
+    p.add_argument("--n", type=int, default=50, help="test examples (default: 50; 100 or more to compare accuracies)")
     p.add_argument("--batch-size", type=int, default=100, help="batch size (default: 100)")
     p.add_argument("--repeats", type=int, default=1,
                    help="timing repeats; ms/token is their median (default: 1; use 3 or more to compare times)")
