@@ -41,7 +41,7 @@ from framework.engine.controller import CONTROLLERS
 from framework.engine.controller_io import build_controller
 from framework.engine.denoise import check_cache_support
 from framework.engine.evaluate import item_seeds
-from framework.engine.loop import decode
+from framework.engine.loop import decode, model_device
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # = framework.models.hub_loading.DTYPES
 #: lm-eval generation kwargs that are honoured (``until``) or only restate greedy decoding: never warned about
@@ -152,7 +152,7 @@ class AdecLM(LM):
                 defaults.pop("block_length")
         self.config = DecodeConfig.build(**{**defaults, **cfg_kw})
         check_cache_support(self.loaded.denoiser, self.config.cache)
-        self._device = _device_of(self.loaded.denoiser)
+        self._device = model_device(self.loaded.denoiser)
         self._templated = False  # set once lm-eval applied the chat template itself (--apply_chat_template)
         self._warned: set[str] = set()
         self.stats = {"generated": 0, "nfe": 0, "forwards": 0, "loglikelihood": 0}
@@ -298,13 +298,6 @@ class AdecLM(LM):
             warnings.warn(f"adec ignores lm-eval's generation kwargs {', '.join(ignored)}: decoding is set by "
                           f"--model_args (gen_length={self.config.gen_length}, temperature={self.config.temperature}, "
                           f"controller={self.controller_name})", UserWarning, stacklevel=3)
-
-
-def _device_of(model: Any) -> torch.device:
-    try:
-        return next(model.parameters()).device
-    except (AttributeError, StopIteration, TypeError):
-        return torch.device("cpu")
 
 
 def _progress(total: int, desc: str, disable: bool) -> Any:

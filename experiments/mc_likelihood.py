@@ -33,7 +33,7 @@ import torch
 from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
 from framework.engine.denoise import window_logits
-from framework.engine.loop import decode, suppress_mask_logit
+from framework.engine.loop import decode, model_device, suppress_mask_logit
 
 
 @dataclass(frozen=True)
@@ -60,16 +60,6 @@ def draw_masks(target_len: int, n: int, generator: torch.Generator) -> tuple[tor
     for j in range(n):
         masked[j] = (order < counts[j])[torch.randperm(target_len, generator=generator)]
     return masked, counts
-
-
-def _device(model: Any) -> torch.device:
-    dev = getattr(model, "device", None)
-    if isinstance(dev, torch.device):
-        return dev
-    try:
-        return next(model.parameters()).device
-    except (AttributeError, StopIteration, TypeError):
-        return torch.device("cpu")
 
 
 def _rows(requests: Sequence[MCRequest], mc_num: int,
@@ -110,7 +100,7 @@ def mc_loglikelihoods(
     pad = mask_id if pad is None else int(pad)
     totals = [0.0] * len(requests)
     buffer: list[tuple[int, list[int], list[int], float]] = []
-    device = _device(model)
+    device = model_device(model)
 
     def flush() -> None:
         b = len(buffer)

@@ -166,6 +166,6 @@ def coherence_summary(task: Any, examples: Sequence[Any], texts: Sequence[str]) 
 
 
 def _device_of(loaded: LoadedModel) -> torch.device:
-    from framework.engine.loop import _model_device
+    from framework.engine.loop import model_device
 
-    return _model_device(loaded.denoiser)
+    return model_device(loaded.denoiser)

@@ -129,7 +129,7 @@ def decode(
     config = config or DecodeConfig()
     config.validate()
     t_start = time.perf_counter()
-    device = _model_device(model)
+    device = model_device(model)
     mask_id = int(model.mask_token_id)
     eos_id = getattr(model, "eos_token_id", None)
     pad_id = getattr(model, "pad_token_id", None)
@@ -301,7 +301,8 @@ def _eos_fill(
     return torch.where(fill, torch.full_like(x, eos_id), x)
 
 
-def _model_device(model: Any) -> torch.device:
+def model_device(model: Any) -> torch.device:
+    """The device of a denoiser: its ``device`` attribute, else its first parameter's, else CPU."""
     dev = getattr(model, "device", None)
     if isinstance(dev, torch.device):
         return dev
