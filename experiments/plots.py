@@ -69,7 +69,9 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
     for i, name in enumerate(lines):
         pts = curves[name]
         score = (aup or {}).get(name)
+        # 8 colours x 3 line styles: up to 24 curves stay distinct in the legend
         ax.plot([r["tpf"] for r in pts], [r["quality"] for r in pts], color=palette(i % 8), lw=1.4, ms=5,
+                ls=("-", "--", "-.")[(i // 8) % 3],
                 marker="^" if pts[0]["lookahead"] else "o", zorder=3,
                 label=short(name, 34) + (f" (AUP {score:.1f})" if score is not None else ""))
     singles = [pts[0] for pts in curves.values() if len(pts) == 1]
@@ -102,7 +104,7 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
     ax.set_ylabel(quality_label(rows[0]))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), framealpha=0.8)
+    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), framealpha=0.8, handlelength=3.2)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)
