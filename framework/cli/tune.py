@@ -63,19 +63,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from framework.cli.errors import CLIError
     from framework.cli.options import split_settings
     from framework.core.params import parse_assignments
+    from framework.tuning.front import NoCompleteTrialError
     from framework.tuning.study import tune_controller
 
     cfg_kw, fixed = split_settings(args.controller, parse_assignments(args.sets))
-    result = tune_controller(
-        args.controller, args.task, model=args.model, task_params=parse_assignments(args.task_params),
-        n_trials=args.n_trials, workers=args.workers,
-        storage=args.storage, study_name=args.study_name, out_dir=args.out, n_val=args.n_val,
-        n_test=args.n_test, batch_size=args.batch_size, max_drop=args.max_drop,
-        prune_margin=None if args.no_prune else args.prune_margin, prune_fraction=args.prune_fraction,
-        fixed=fixed, decode=cfg_kw, seed=args.seed, device=args.device, plot=not args.no_plot,
-    )
+    try:
+        result = tune_controller(
+            args.controller, args.task, model=args.model, task_params=parse_assignments(args.task_params),
+            n_trials=args.n_trials, workers=args.workers,
+            storage=args.storage, study_name=args.study_name, out_dir=args.out, n_val=args.n_val,
+            n_test=args.n_test, batch_size=args.batch_size, max_drop=args.max_drop,
+            prune_margin=None if args.no_prune else args.prune_margin, prune_fraction=args.prune_fraction,
+            fixed=fixed, decode=cfg_kw, seed=args.seed, device=args.device, plot=not args.no_plot,
+        )
+    except NoCompleteTrialError as exc:  # the trials stay in the study's storage; more trials resume it
+        raise CLIError(f"{exc}; the finished trials are kept, so running again continues the study") from None
     summary = Path(args.out) / f"{result.study_name}.json"
     summary.write_text(json.dumps(result.summary(), indent=2, default=str))
     return 0

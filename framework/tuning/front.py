@@ -28,13 +28,25 @@ def choose_index(points: Sequence[tuple[float, float]], reference_accuracy: floa
     return min(range(len(points)), key=lambda i: (-points[i][0], points[i][1], i)), False
 
 
+class NoCompleteTrialError(ValueError):
+    """Every trial of a study was pruned or failed: there is no point to choose."""
+
+
 def choose_trial(trials: Sequence[Any], reference_accuracy: float, max_drop: float) -> tuple[Any, bool]:
-    """The fewest-NFE complete trial within ``max_drop`` of ``reference_accuracy`` (see the rule)."""
+    """The fewest-NFE complete trial within ``max_drop`` of ``reference_accuracy`` (see the rule).
+
+    Raises :class:`NoCompleteTrialError` (how many trials were pruned and failed) when there is none.
+    """
     from optuna.trial import TrialState
 
     complete = sorted((t for t in trials if t.state == TrialState.COMPLETE and t.values), key=lambda t: t.number)
     if not complete:
-        raise RuntimeError("the study has no complete trial to choose from (all pruned or failed?)")
+        pruned = sum(t.state == TrialState.PRUNED for t in trials)
+        raise NoCompleteTrialError(
+            f"no complete trial to choose from: {pruned} of {len(trials)} trials were pruned (their accuracy fell "
+            f"too far below the reference's) and {len(trials) - pruned} failed; the search space may not reach "
+            f"the reference's accuracy on this task: run more trials, pass --no-prune, or hold a parameter with "
+            f"--set")
     i, met = choose_index([(t.values[0], t.values[1]) for t in complete], reference_accuracy, max_drop)
     return complete[i], met
 

@@ -152,6 +152,19 @@ def test_pruning_and_choice_rules(tmp_path):
     assert choose_trial(trials[1:], 1.0, 0.001) == (trials[1], False)
 
 
+def test_a_study_with_every_trial_pruned_says_so_and_what_to_change():
+    from types import SimpleNamespace as NS
+
+    import optuna
+
+    from framework.tuning.front import NoCompleteTrialError
+
+    P, F = optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL
+    trials = [NS(number=0, state=P, values=None), NS(number=1, state=P, values=None), NS(number=2, state=F, values=None)]
+    with pytest.raises(NoCompleteTrialError, match=r"2 of 3 trials were pruned .* and 1 failed; .*--no-prune"):
+        choose_trial(trials, 0.8, 0.01)
+
+
 @pytest.mark.ddp
 def test_two_workers_share_one_storage(tmp_path):
     spec = f"sqlite:///{tmp_path / 'shared.db'}"
