@@ -28,7 +28,6 @@ from __future__ import annotations
 import warnings
 from typing import Any, Optional
 
-import torch
 from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
@@ -37,8 +36,7 @@ from experiments.mc_likelihood import MCRequest, greedy_matches, mc_loglikelihoo
 from framework.core.params import Configurable, Param, ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
-from framework.engine.controller import CONTROLLERS
-from framework.engine.controller_io import build_controller
+from framework.engine.controller_io import build_controller, split_settings
 from framework.engine.denoise import check_cache_support
 from framework.engine.evaluate import item_seeds
 from framework.engine.loop import decode, model_device
@@ -86,27 +84,8 @@ class AdapterOptions(Configurable):
 def split_model_args(args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """``--model_args`` as (adapter options, decode-config keys, controller keys); an unknown key
     fails naming every key that is allowed. Values are validated by the caller."""
-    own_keys = set(AdapterOptions._param_names())
-    cfg_keys = set(DecodeConfig._param_names())
-    name = str(args.get("controller", "fast_dllm"))
-    ctrl_keys = None if name.startswith("tuned:") else set(CONTROLLERS.get(name)._param_names())
-    own: dict[str, Any] = {}
-    cfg: dict[str, Any] = {}
-    ctrl: dict[str, Any] = {}
-    for key, value in args.items():
-        if key in own_keys:
-            own[key] = value
-        elif key in cfg_keys:
-            cfg[key] = value
-        elif ctrl_keys is None or key in ctrl_keys:
-            ctrl[key] = value
-        else:
-            raise ParameterError(
-                f"--model_args {key}={value!r}: unknown key. adec options: {', '.join(sorted(own_keys))}; "
-                f"decoding options: {', '.join(sorted(cfg_keys))}; "
-                f"{name} parameters: {', '.join(sorted(ctrl_keys)) or '(none)'}"
-            )
-    return own, cfg, ctrl
+    return split_settings(str(args.get("controller", "fast_dllm")), args, flag="--model_args",
+                          own_keys=set(AdapterOptions._param_names()))
 
 
 def cut_at_stops(text: str, until: Any) -> str:

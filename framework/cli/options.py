@@ -18,8 +18,9 @@ from typing import Any, Optional
 
 from framework.core.params import ParameterError, parse_assignments
 from framework.engine.config import DecodeConfig
-from framework.engine.controller import CONTROLLERS, Controller
+from framework.engine.controller import Controller
 from framework.engine.controller_io import build_controller
+from framework.engine.controller_io import split_settings as engine_split_settings
 
 DEFAULT_MODEL = "tiny-addition"
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # = framework.models.hub_loading.DTYPES
@@ -119,23 +120,7 @@ class DecodingSetup:
 def split_settings(controller_name: str, settings: dict[str, Any], defaults: Optional[dict[str, Any]] = None,
                    ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split ``--set`` values into (decode-config keys, controller keys); unknown keys fail."""
-    cfg_keys = set(DecodeConfig._param_names())
-    if controller_name.startswith("tuned:"):
-        ctrl_keys = None  # the tuned YAML decides; build_controller validates
-    else:
-        ctrl_keys = set(CONTROLLERS.get(controller_name)._param_names())
-    cfg: dict[str, Any] = dict(defaults or {})
-    ctrl: dict[str, Any] = {}
-    for key, value in settings.items():
-        if key in cfg_keys:
-            cfg[key] = value
-        elif ctrl_keys is None or key in ctrl_keys:
-            ctrl[key] = value
-        else:
-            raise ParameterError(
-                f"--set {key}={value!r}: unknown key. Decoding options: {', '.join(sorted(cfg_keys))}; "
-                f"{controller_name} parameters: {', '.join(sorted(ctrl_keys)) or '(none)'}"
-            )
+    _, cfg, ctrl = engine_split_settings(controller_name, settings, defaults=defaults)
     return cfg, ctrl
 
 

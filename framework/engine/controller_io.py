@@ -143,3 +143,38 @@ def build_controller(name: str, **params: Any) -> Controller:
         return load_controller(name[len("tuned:"):], **params)
     cls = CONTROLLERS.get(name)
     return cls.build(**params)  # type: ignore[return-value]
+
+
+def split_settings(controller_name: str, settings: Mapping[str, Any], *, flag: str = "--set",
+                   own_keys: Optional[set[str]] = None, defaults: Optional[dict[str, Any]] = None,
+                   ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Split ``key=value`` settings into (the caller's own keys, DecodeConfig keys, controller keys).
+
+    ``own_keys`` are checked first (the lm-eval adapter's options), then the decoding options, then
+    the controller's parameters (any key for ``tuned:PATH``, whose YAML decides and
+    :func:`build_controller` validates); ``defaults`` seed the decoding options. An unknown key
+    raises :class:`ParameterError` naming ``flag``, the key and every allowed key.
+    """
+    from framework.engine.config import DecodeConfig
+
+    cfg_keys = set(DecodeConfig._param_names())
+    tuned = controller_name.startswith("tuned:")
+    ctrl_keys = None if tuned else set(CONTROLLERS.get(controller_name)._param_names())
+    own_keys = own_keys or set()
+    own: dict[str, Any] = {}
+    cfg: dict[str, Any] = dict(defaults or {})
+    ctrl: dict[str, Any] = {}
+    for key, value in settings.items():
+        if key in own_keys:
+            own[key] = value
+        elif key in cfg_keys:
+            cfg[key] = value
+        elif ctrl_keys is None or key in ctrl_keys:
+            ctrl[key] = value
+        else:
+            decoding = f"decoding options: {', '.join(sorted(cfg_keys))}"
+            allowed = ([f"adec options: {', '.join(sorted(own_keys))}", decoding] if own_keys
+                       else [decoding[0].upper() + decoding[1:]])
+            allowed.append(f"{controller_name} parameters: {', '.join(sorted(ctrl_keys)) or '(none)'}")
+            raise ParameterError(f"{flag} {key}={value!r}: unknown key. {'; '.join(allowed)}")
+    return own, cfg, ctrl
