@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar, Iterator, Optional
 
 from framework.core.params import Configurable, Param
 from framework.core.registry import Registry
@@ -99,9 +99,14 @@ class Task(Configurable):
         self.validate()
         rng = random.Random(f"{self.name}|{sorted(self.get_params().items())}|{split}|{seed}")
         while True:
-            prompt, answer, meta = self._sample(rng)
-            if self.split_of(prompt) == split:
-                yield self._example(prompt, answer, meta)
+            drawn = self._sample_for(split, rng)
+            if drawn is not None and self.split_of(drawn[0]) == split:
+                yield self._example(*drawn)
+
+    def _sample_for(self, split: str, rng: random.Random) -> Optional[tuple[str, str, dict]]:
+        """One draw for ``split`` (``None`` = rejected, draw again); by default :meth:`_sample`. A task
+        whose training examples are drawn differently, or whose test examples are filtered, overrides it."""
+        return self._sample(rng)
 
     def examples(self, split: str, n: int, seed: int = 0) -> list[Example]:
         """``n`` distinct examples of ``split`` (train, validation or test), deterministic in ``seed``."""

@@ -20,7 +20,7 @@ carving unique puzzles costs milliseconds each; the answer is the grid they were
 from __future__ import annotations
 
 import random
-from typing import Iterator
+from typing import Optional
 
 from framework.core.params import Param, ParameterError
 from framework.tasks.base import TASKS, Example, Task, _norm
@@ -91,19 +91,13 @@ class Sudoku9Task(Task):
         puzzle = carve(solution, rng.randint(*TRAIN_GIVENS), rng, unique=False)
         return self.format_puzzle(puzzle), "".join(map(str, solution)), {"givens": {i: v for i, v in enumerate(puzzle) if v}}
 
-    def iter_examples(self, split: str, seed: int = 0) -> Iterator[Example]:
-        """As :meth:`Task.iter_examples`; ``train`` draws fast random-givens puzzles, the others
-        carve (unique, graded) test puzzles. The split still comes from the prompt's hash."""
-        self._check_split(split)
-        self.validate()
-        rng = random.Random(f"{self.name}|{sorted(self.get_params().items())}|{split}|{seed}")
-        sample = self._sample_train if split == "train" else self._sample
-        while True:
-            prompt, answer, meta = sample(rng)
-            if split != "train" and self.grade != "any" and meta.get("grade") != self.grade:
-                continue
-            if self.split_of(prompt) == split:
-                yield self._example(prompt, answer, meta)
+    def _sample_for(self, split: str, rng: random.Random) -> Optional[tuple[str, str, dict]]:
+        """``train`` draws fast random-givens puzzles, the other splits carve (unique, graded) test
+        puzzles and reject those of another grade. The split still comes from the prompt's hash."""
+        if split == "train":
+            return self._sample_train(rng)
+        drawn = self._sample(rng)
+        return None if self.grade != "any" and drawn[2].get("grade") != self.grade else drawn
 
     def examples(self, split: str, n: int, seed: int = 0) -> list[Example]:
         """As :meth:`Task.examples`, memoised per process: carving unique test puzzles costs about
