@@ -5,8 +5,14 @@ position's feature vector φ to p(safe | φ), the probability that its current p
 already the token one-token-per-step decoding ends with. Each step commits every eligible
 position with p(safe) > τ, and at least the one with the highest p(safe), so no step stalls.
 
-* ``learned``: the Lightning-trained MLP policy (``mlp.pt``);
+* ``learned``: the Lightning-trained MLP policy (``mlp.pt``; imitation, DAgger or RL-tuned);
+* ``learned_window``: the window transformer (``transformer.pt``), whose p(safe) at a position
+  depends on the features of every other eligible position of the step;
 * ``logreg``: the scikit-learn logistic-regression baseline (``logreg.pt``).
+
+With ``sample=true`` each eligible position is committed with probability p(safe) instead
+(Bernoulli actions, drawn per sample from its seed, step and position): the stochastic policy
+that the reinforcement-learning fine-tune samples; ``info["sampled"]`` holds the draw.
 
 τ = ``threshold``; ``null`` uses the threshold calibrated into the file. A missing or corrupt
 policy file fails when the controller is built, with a message naming the file.
@@ -19,6 +25,7 @@ from __future__ import annotations
 from framework.core.params import Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
+from framework.core.rng import uniform_at
 from framework.engine.selection import select_topk
 from framework.learning.features import feature_matrix
 from framework.learning.policy import load_policy, tiny_policy_file
@@ -34,11 +41,18 @@ class Learned(Controller):
         "policy": Param(str, doc="policy file written by 'adec train-controller' (mlp.pt / logreg.pt)"),
         "threshold": Param(float, low=0.0, high=1.0, nullable=True, tune=(0.5, 0.995),
                            doc="τ: commit where p(safe) > τ; null = the file's calibrated threshold"),
+        "sample": Param(bool, doc="commit each eligible position with probability p(safe) (RL rollouts)"),
     }
+    SALT = 0x1EA7
 
-    def __init__(self, policy: str = "", threshold: float | None = None) -> None:
+    def __init__(self, policy: str = "", threshold: float | None = None, sample: bool = False) -> None:
         self.policy = policy
         self.threshold = threshold
+        self.sample = sample
+
+    @property
+    def stochastic(self) -> bool:  # type: ignore[override]
+        return bool(self.sample)
 
     def check_combination(self) -> None:
         owner = self.display_name()
@@ -48,20 +62,34 @@ class Learned(Controller):
                                  f"{self.policy_kind}.pt)")
         pol = load_policy(self.policy)
         if pol.kind != self.policy_kind:
-            other = "learned" if pol.kind == "mlp" else "logreg"
+            other = {"mlp": "learned", "logreg": "logreg", "transformer": "learned_window"}[pol.kind]
             raise ParameterError(f"{owner}.policy={self.policy!r} holds a {pol.kind} policy, not "
                                  f"{self.policy_kind}; use --controller {other}")
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         pol = load_policy(self.policy)
-        p_safe = pol.prob(feature_matrix(f, state.config.gen_length))
-        tau = pol.threshold if self.threshold is None else self.threshold
-        commit = (f.eligible & (p_safe > tau)) | select_topk(p_safe, f.eligible, 1)
-        return Decision(commit=commit, info={"committed": commit.sum(1)})
+        p_safe = pol.prob(feature_matrix(f, state.config.gen_length), f.eligible)
+        info = {}
+        if self.sample:
+            u = uniform_at(state.seeds, f.step, self.SALT, f.position)
+            chosen = f.eligible & (u < p_safe)
+            info["sampled"] = chosen
+        else:
+            tau = pol.threshold if self.threshold is None else self.threshold
+            chosen = f.eligible & (p_safe > tau)
+        commit = chosen | (select_topk(p_safe, f.eligible, 1) & ~chosen.any(1, keepdim=True))
+        return Decision(commit=commit, info={"committed": commit.sum(1), **info})
 
     @classmethod
     def conformance_params(cls) -> dict:
         return {"policy": str(tiny_policy_file(cls.policy_kind)), "threshold": 0.5}
+
+
+@CONTROLLERS.register("learned_window", aliases=("learned_transformer",))
+class LearnedWindow(Learned):
+    """Learned window transformer: p(safe) of a position sees the whole window; commit > τ."""
+
+    policy_kind = "transformer"
 
 
 @CONTROLLERS.register("logreg", aliases=("learned_logreg",))

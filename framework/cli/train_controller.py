@@ -1,4 +1,4 @@
-"""``adec train-controller``: learn a commit policy from rollouts of one-token-per-step decoding."""
+"""``adec train-controller``: learn commit policies by imitation, DAgger or RL fine-tuning."""
 
 from __future__ import annotations
 
@@ -7,14 +7,27 @@ import argparse
 DESCRIPTION = """\
 Decode the task's train split one token per step and record, at every step, the features of every
 eligible position (confidence, margin, entropy, position, progress, ...) with the oracle label
-"its current prediction already equals the token one-token-per-step decoding ends with". Train a
-scikit-learn logistic regression (logreg.pt) and a small MLP as a Lightning module (mlp.pt; CSV and
-W&B logging, ModelCheckpoint and EarlyStopping on the validation loss), print ROC-AUC and precision
-at the operating threshold, calibrate that threshold on the validation split (fewest NFE within
---max-drop of sequential accuracy) and report test-split accuracy and tokens per forward.
+"its current prediction already equals the token one-token-per-step decoding ends with", then train
+the --policy kinds on them (imitation):
 
-Example:
-  adec train-controller --task addition
+  mlp          a small MLP of one position's features (Lightning; controller 'learned')
+  logreg       scikit-learn logistic regression (controller 'logreg')
+  transformer  a 1-2 layer transformer over the step's window of eligible positions, so a decision
+               can depend on the other positions (Lightning; controller 'learned_window')
+
+--method dagger then runs --rounds rounds: decode with the current policy, label the states it
+visits with the reference decode continued from each state, aggregate and retrain.
+--method rl fine-tunes the imitation policy with REINFORCE and a group baseline: Bernoulli commit
+actions, reward correct - lambda*NFE/G (or correct*exp(-lambda*NFE/G)), --rl-group rollouts per
+prompt; checkpointed every iteration and resumed from rl/checkpoints/last.ckpt when re-run.
+
+Each policy's threshold is calibrated on the validation split (fewest NFE within --max-drop of
+sequential accuracy); test-split accuracy and tokens per forward are printed. Logs: CSV and W&B
+(offline by default) under OUT/lightning.
+
+Examples:
+  adec train-controller --task sudoku9 --policy mlp,transformer --method dagger --rounds 2
+  adec train-controller --task phrases --policy mlp --method rl --rl-iterations 20
   adec decode --controller learned --set policy=runs/controllers/addition-tiny-addition/mlp.pt ...
 """
 
@@ -26,7 +39,27 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--model", default=None, help="model name or folder (default: tiny-<task>)")
     p.add_argument("--task-param", dest="task_params", action="append", default=[], metavar="KEY=VALUE",
                    help="task size knob, repeatable (e.g. --task-param digits=2)")
-    p.add_argument("--out", default=None, help="output folder (default: runs/controllers/TASK-MODEL)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default: runs/controllers/TASK-MODEL, with -dagger or -rl appended)")
+    p.add_argument("--method", default="imitation", choices=("imitation", "dagger", "rl"),
+                   help="imitation (default), dagger (on-policy rounds) or rl (REINFORCE fine-tune)")
+    p.add_argument("--policy", default="mlp,logreg",
+                   help="policy kinds to train, comma separated: mlp, logreg, transformer (default: mlp,logreg)")
+    p.add_argument("--rounds", type=int, default=2, help="DAgger rounds (default: 2)")
+    p.add_argument("--states-per-rollout", type=int, default=4,
+                   help="DAgger: visited steps labelled per prompt, each costs one reference decode (default: 4)")
+    p.add_argument("--dagger-threshold", type=float, default=0.9,
+                   help="threshold the policy decodes with while DAgger visits states (default: 0.9)")
+    p.add_argument("--window-arch", default="32,2,4", metavar="D,LAYERS,HEADS",
+                   help="transformer width, layers and heads (default: 32,2,4)")
+    p.add_argument("--rl-iterations", type=int, default=20, help="RL: policy-gradient iterations (default: 20)")
+    p.add_argument("--rl-prompts", type=int, default=16, help="RL: prompts per iteration (default: 16)")
+    p.add_argument("--rl-group", type=int, default=4, help="RL: rollouts per prompt, the group baseline (default: 4)")
+    p.add_argument("--rl-lambda", type=float, default=0.5, help="RL: λ, the weight of NFE/G in the reward (default: 0.5)")
+    p.add_argument("--rl-reward", default="additive", choices=("additive", "multiplicative"),
+                   help="RL: correct − λ·NFE/G (additive, default) or correct·exp(−λ·NFE/G)")
+    p.add_argument("--rl-lr", type=float, default=1e-3, help="RL: Adam learning rate (default: 1e-3)")
+    p.add_argument("--no-resume", action="store_true", help="RL: start afresh even if a checkpoint exists")
     p.add_argument("--n-train", type=int, default=256, help="train-split prompts to roll out (default: 256)")
     p.add_argument("--n-val", type=int, default=64, help="validation prompts (default: 64)")
     p.add_argument("--n-test", type=int, default=200, help="test prompts for the report (default: 200)")
@@ -53,16 +86,41 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
     from framework.core.params import parse_assignments
-    from framework.learning.train import train_policy
+    from framework.learning.pipeline import train_policy
+
+    from framework.learning.pipeline import check_options
 
     try:
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
     except ValueError:
         raise CLIError(f"--hidden={args.hidden!r}: expected comma-separated integers, e.g. 32,32") from None
+    try:
+        d, layers, heads = (int(v) for v in args.window_arch.split(","))
+    except ValueError:
+        raise CLIError(f"--window-arch={args.window_arch!r}: expected D,LAYERS,HEADS, e.g. 32,2,4") from None
+    if min(d, layers, heads) < 1 or d % heads:
+        raise CLIError(f"--window-arch={args.window_arch!r}: all ≥ 1 and D a multiple of HEADS")
     if any(h < 1 for h in hidden) or min(args.n_train, args.n_val, args.max_epochs) < 1:
         raise CLIError("--hidden sizes, --n-train, --n-val and --max-epochs must be ≥ 1")
+    policies = tuple(p.strip() for p in args.policy.split(",") if p.strip())
+    try:
+        check_options(args.method, policies, args.rounds, args.states_per_rollout)
+    except ValueError as exc:
+        flag = {"method": "--method", "policy": "--policy", "rounds": "--rounds",
+                "states_per_rollout": "--states-per-rollout"}.get(str(exc).split("=")[0], "")
+        raise CLIError(f"{flag}: {exc}" if flag else str(exc)) from None
+    if args.method == "rl" and (min(args.rl_iterations, args.rl_prompts) < 1 or args.rl_group < 2
+                                or not args.rl_lambda >= 0):
+        raise CLIError(f"--rl-iterations={args.rl_iterations} and --rl-prompts={args.rl_prompts} must be ≥ 1, "
+                       f"--rl-group={args.rl_group} ≥ 2 (the group baseline), --rl-lambda={args.rl_lambda} ≥ 0")
+    if not 0.0 <= args.dagger_threshold <= 1.0:
+        raise CLIError(f"--dagger-threshold={args.dagger_threshold}; allowed: 0 to 1")
     train_policy(
         args.task, model=args.model, task_params=parse_assignments(args.task_params), out_dir=args.out,
+        method=args.method, policies=policies, rounds=args.rounds, states_per_rollout=args.states_per_rollout,
+        dagger_threshold=args.dagger_threshold, window_arch={"d_model": d, "layers": layers, "heads": heads},
+        rl={"iterations": args.rl_iterations, "prompts": args.rl_prompts, "group": args.rl_group,
+            "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr, "resume": not args.no_resume},
         n_train=args.n_train, n_val=args.n_val,
         n_test=args.n_test, hidden=hidden, max_epochs=args.max_epochs, patience=args.patience, lr=args.lr,
         batch_size=args.batch_size, seed=args.seed, wandb_mode=args.wandb, calibrate=not args.no_calibrate,

@@ -105,6 +105,7 @@ def decode(
     lookahead: Any = None,
     trace: bool = False,
     extras: Optional[dict[str, Any]] = None,
+    initial: Any = None,
 ) -> DecodeResult:
     """Decode a batch of prompts with ``controller``.
 
@@ -124,7 +125,12 @@ def decode(
             (e.g. ``tokenizer``, per-sample ``meta`` / ``prompt_text`` lists, a ``span_mask``
             ``[B, G]``). The loop adds ``sample_index`` ``[B]`` (row of each sample in this call)
             and, every step, ``canvas``: the current tokens of the window ``[b, W]`` of the rows
-            being decided (masked where undecided).
+            being decided (masked where undecided), and ``generation``: their whole generation
+            ``[b, G]`` (for recorders such as DAgger's, which restart decoding from a visited state).
+        initial: long ``[B, G]``, a partly decided generation to continue from (the mask id where
+            undecided; e.g. a state another decode visited); default all masked. Steps and NFE
+            count from this call; block boundaries are the configuration's, the first block with
+            a masked position is where decoding starts.
     """
     config = config or DecodeConfig()
     config.validate()
@@ -137,6 +143,12 @@ def decode(
     G = config.gen_length
     x, attn, gen_start = layout(prompts, G, mask_id, pad_id, device)
     B, L = x.shape
+    gen_index = (gen_start[:, None] + torch.arange(G, device=device)[None, :])
+    if initial is not None:
+        init = torch.as_tensor(initial, dtype=torch.long, device=device)
+        if tuple(init.shape) != (B, G):
+            raise ValueError(f"initial has shape {tuple(init.shape)}; expected (batch, gen_length) = ({B}, {G})")
+        x.scatter_(1, gen_index, init)
     session = CacheSession(model, config.cache, config.cache_refresh, B, device)
     lengths = gen_start + G  # real tokens per row (right padding after them)
     rel = torch.arange(L, device=device)[None, :] - gen_start[:, None]
@@ -159,7 +171,7 @@ def decode(
     next_len = torch.full((B,), config.effective_block_length, dtype=torch.long, device=device)
     block_start = zeros()
     block_end = next_len.clone().clamp(max=G)
-    block_masked_at_start = block_end.clone()
+    block_masked_at_start = ((x == mask_id) & in_gen & (rel < block_end[:, None])).sum(1)  # = block_end unless `initial`
     forward_s = 0.0
     records: list[dict[str, Any]] = []
     fallbacks = zeros()
@@ -217,6 +229,7 @@ def decode(
             n_masked=sub(n_masked),
         )
         state.extras["canvas"] = w_tok
+        state.extras["generation"] = xs.gather(1, sub(gen_index))
         sub_state = state if full else state.rows(rows)
         decision = controller.decide(feats, sub_state)
         if not full:
@@ -261,7 +274,6 @@ def decode(
             rec.update({k: v.detach().cpu() for k, v in decision.info.items()})
             records.append(rec)
 
-    gen_index = (gen_start[:, None] + torch.arange(G, device=device)[None, :])
     generated = x.gather(1, gen_index)
     return DecodeResult(
         tokens=x,

@@ -8,13 +8,16 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional
 
 import torch
-from torch import nn
 
 from framework.core.params import ParameterError
 from framework.learning.features import FEATURE_NAMES
+from framework.learning.nets import KINDS, PolicyNet, WindowPolicyNet, build_net
+
+__all__ = ["Policy", "PolicyFileError", "PolicyNet", "WindowPolicyNet", "load_policy", "save_policy",
+           "tiny_policy_file"]
 
 DEFAULT_OUT = Path("runs") / "controllers"
 POLICY_FORMAT = "adaptive-decoding.policy"
@@ -22,61 +25,40 @@ POLICY_VERSION = 1
 
 
 # ---------------------------------------------------------------------- the policy and its file
-class PolicyNet(nn.Module):
-    """Logits g((φ − μ)/s) of p(safe | φ); ``hidden=()`` is logistic regression."""
-
-    def __init__(self, n_features: int = len(FEATURE_NAMES), hidden: Sequence[int] = (32, 32)) -> None:
-        super().__init__()
-        self.hidden = tuple(int(h) for h in hidden)
-        self.register_buffer("mean", torch.zeros(n_features))
-        self.register_buffer("scale", torch.ones(n_features))
-        layers: list[nn.Module] = []
-        d = n_features
-        for h in self.hidden:
-            layers += [nn.Linear(d, h), nn.ReLU()]
-            d = h
-        layers.append(nn.Linear(d, 1))
-        self.net = nn.Sequential(*layers)
-
-    def set_normalisation(self, X: torch.Tensor) -> None:
-        self.mean.copy_(X.mean(0))
-        self.scale.copy_(X.std(0).clamp(min=1e-6))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net((x.to(self.mean.dtype) - self.mean) / self.scale).squeeze(-1)
-
-
 @dataclass
 class Policy:
     """A loaded policy file: the network (float64, eval mode) and its header."""
 
-    net: PolicyNet
+    net: "PolicyNet | WindowPolicyNet"
     kind: str
     threshold: float
     path: str
     meta: dict = field(default_factory=dict)
 
     @torch.no_grad()
-    def prob(self, x: torch.Tensor) -> torch.Tensor:
-        """p(safe) for features ``[..., F]`` (computed in float64, so batching does not change it)."""
+    def prob(self, x: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """p(safe) for a window of features ``[B, W, F]`` with its eligible mask ``valid`` ``[B, W]``
+        (per-position kinds ignore it), computed in float64 so batching does not change it."""
         net = self.net if self.net.mean.device == x.device else self.net.to(x.device)
-        return torch.sigmoid(net(x.double()))
+        return torch.sigmoid(net(x.double(), valid))
 
 
 class PolicyFileError(ParameterError):
     """A policy file that exists but is not one this framework wrote (the message names it)."""
 
 
-def save_policy(net: PolicyNet, path: "str | os.PathLike", *, kind: str, threshold: float = 0.9,
+def save_policy(net: "PolicyNet | WindowPolicyNet", path: "str | os.PathLike", *, kind: str, threshold: float = 0.9,
                 meta: Optional[dict] = None) -> Path:
     """Write ``net`` with its header (see the module docstring); returns the path."""
-    if kind not in ("mlp", "logreg"):
-        raise ValueError(f"kind={kind!r}; allowed: mlp, logreg")
+    if kind not in KINDS:
+        raise ValueError(f"kind={kind!r}; allowed: {', '.join(KINDS)}")
+    if (kind == "transformer") != isinstance(net, WindowPolicyNet):
+        raise ValueError(f"kind={kind!r} does not match the network {type(net).__name__}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = {
         "format": POLICY_FORMAT, "version": POLICY_VERSION, "kind": kind,
-        "feature_names": list(FEATURE_NAMES), "hidden": list(net.hidden),
+        "feature_names": list(FEATURE_NAMES), "arch": net.arch(),
         "state_dict": {k: v.detach().cpu().float() for k, v in net.state_dict().items()},
         "threshold": float(threshold), "meta": json.loads(json.dumps(meta or {}, default=str)),
     }
@@ -115,10 +97,11 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> Policy:
         raise PolicyFileError(f"policy file {path!r} was trained on features {blob.get('feature_names')}, "
                               f"not the current {list(FEATURE_NAMES)}; retrain it with 'adec train-controller'")
     try:
-        net = PolicyNet(len(FEATURE_NAMES), blob["hidden"])
+        arch = blob["arch"] if "arch" in blob else {"hidden": blob["hidden"]}
+        net = build_net(str(blob["kind"]), arch)
         net.load_state_dict(blob["state_dict"])
         threshold = float(blob["threshold"])
-    except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+    except (KeyError, RuntimeError, TypeError, ValueError) as exc:  # build_net names a bad kind
         raise PolicyFileError(f"policy file {path!r} is corrupt ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:200]})") from None
     return Policy(net=net.double().eval(), kind=str(blob["kind"]), threshold=threshold, path=path,
@@ -140,9 +123,10 @@ def tiny_policy_file(kind: str = "mlp", seed: int = 0) -> Path:
     path = _TINY_DIR[0] / f"tiny-{kind}-{seed}.pt"
     if not path.is_file():
         gen = torch.Generator().manual_seed(seed)
-        net = PolicyNet(len(FEATURE_NAMES), (8,) if kind == "mlp" else ())
+        net = build_net(kind, {"d_model": 8, "layers": 1, "heads": 2} if kind == "transformer" else
+                        {"hidden": (8,)})
         with torch.no_grad():
-            for prm in net.net.parameters():
+            for prm in net.parameters():
                 prm.copy_(torch.randn(prm.shape, generator=gen))
         save_policy(net, path, kind=kind, threshold=0.5, meta={"note": "random, for conformance tests"})
     return path

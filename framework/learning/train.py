@@ -11,33 +11,37 @@ feature vector φ (:data:`FEATURE_NAMES`, computed by :func:`feature_matrix` fro
 the label used to learn parallel decoding policies: committing every position with y = 1 now
 loses nothing against the reference.
 
-**Models.** p(safe | φ) = σ(g((φ − μ)/s)) with μ, s the training mean and scale of φ:
+**Models** (:mod:`framework.learning.nets`). p(safe | ·) = σ(g(·)) on standardised φ:
 
-* ``logreg``: g linear, fitted by scikit-learn's ``LogisticRegression`` (the baseline);
-* ``mlp``: g a small ReLU MLP, trained as the Lightning module :class:`PolicyModule` (binary
-  cross-entropy, AdamW) with CSV and W&B (offline by default) logging, ``ModelCheckpoint`` and
-  ``EarlyStopping`` on the validation loss.
+* ``logreg``: g linear in one position's φ, fitted by scikit-learn's ``LogisticRegression``;
+* ``mlp``: g a small ReLU MLP of one position's φ;
+* ``transformer``: g a one- or two-layer transformer over the step's window of eligible
+  positions, so p(safe) at one position depends on the others;
+
+``mlp`` and ``transformer`` train as the Lightning module :class:`PolicyModule` (binary
+cross-entropy over the eligible slots, AdamW) with CSV and W&B (offline by default) logging,
+``ModelCheckpoint`` and ``EarlyStopping`` on the validation loss. On-policy rounds (DAgger) are
+:mod:`framework.learning.dagger`, the RL fine-tune :mod:`framework.learning.rl`, the whole
+pipeline :mod:`framework.learning.pipeline`.
 
 **Policy file** (``.pt``, read with ``torch.load(weights_only=True)``, so loading runs no code)::
 
-    {"format": "adaptive-decoding.policy", "version": 1, "kind": "mlp" | "logreg",
-     "feature_names": [...], "hidden": [32, 32], "state_dict": {...},
+    {"format": "adaptive-decoding.policy", "version": 1, "kind": "mlp" | "logreg" | "transformer",
+     "feature_names": [...], "arch": {"hidden": [32, 32]}, "state_dict": {...},
      "threshold": 0.9, "meta": {task, model, metrics, calibration, ...}}
 
 ``threshold`` is the operating point: with calibration, the lowest-NFE threshold of a grid whose
 validation accuracy is within ``max_drop`` of sequential decoding (the tuning module's rule).
-The controllers ``learned`` (MLP) and ``logreg`` (:mod:`controllers.learned`) load it.
+The controllers ``learned`` (MLP), ``learned_window`` (transformer) and ``logreg``
+(:mod:`controllers.learned`) load it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
-import json
 import os
-import sys
 import warnings
-from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional, Sequence
@@ -48,8 +52,9 @@ from torch import nn
 from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
 from framework.learning.features import FEATURE_NAMES
-from framework.learning.policy import DEFAULT_OUT, PolicyNet, load_policy, save_policy
-from framework.learning.rollouts import RolloutDataset, build_dataset
+from framework.learning.nets import PolicyNet, build_net
+from framework.learning.rollouts import RolloutDataset
+from framework.learning.windows import Windows, to_rows, to_windows
 
 DEFAULT_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995)
 
@@ -89,10 +94,16 @@ def _lightning():
     return pl
 
 
-def make_policy_module(n_features: int = len(FEATURE_NAMES), hidden: Sequence[int] = (32, 32),
-                       lr: float = 3e-3, weight_decay: float = 1e-4) -> Any:
+def make_policy_module(kind: str = "mlp", arch: Optional[dict] = None, lr: float = 3e-3,
+                       weight_decay: float = 1e-4) -> Any:
     """A :class:`PolicyModule` (built lazily so that importing this file does not load Lightning)."""
-    return _policy_module_class()(n_features=n_features, hidden=tuple(hidden), lr=lr, weight_decay=weight_decay)
+    return _policy_module_class()(kind=kind, arch=dict(arch or {}), lr=lr, weight_decay=weight_decay)
+
+
+def masked_bce(logits: torch.Tensor, y: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """Binary cross-entropy averaged over the valid (eligible) slots of the windows."""
+    loss = nn.functional.binary_cross_entropy_with_logits(logits, y.to(logits.dtype), reduction="none")
+    return (loss * valid).sum() / valid.sum().clamp(min=1)
 
 
 @lru_cache(maxsize=1)
@@ -100,31 +111,31 @@ def _policy_module_class() -> type:
     pl = _lightning()
 
     class PolicyModule(pl.LightningModule):
-        """The MLP policy as a LightningModule: L = BCE(g(φ), y), AdamW; logs ``train_loss``,
-        ``val_loss`` and ``val_auc`` (scikit-learn's ROC-AUC over the whole validation set)."""
+        """A policy network as a LightningModule: L = BCE(g(window), y) over the eligible slots,
+        AdamW; logs ``train_loss``, ``val_loss`` and ``val_auc`` (scikit-learn's ROC-AUC)."""
 
-        def __init__(self, n_features: int, hidden: tuple = (32, 32), lr: float = 3e-3,
+        def __init__(self, kind: str = "mlp", arch: Optional[dict] = None, lr: float = 3e-3,
                      weight_decay: float = 1e-4) -> None:
             super().__init__()
             self.save_hyperparameters()
-            self.net = PolicyNet(n_features, hidden)
+            self.net = build_net(kind, arch)
             self._val: list[tuple[torch.Tensor, torch.Tensor]] = []
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.net(x)
+        def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+            return self.net(x, valid)
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            x, y = batch
-            loss = nn.functional.binary_cross_entropy_with_logits(self.net(x), y)
-            self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=len(y))
+            x, valid, y = batch
+            loss = masked_bce(self.net(x, valid), y, valid)
+            self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=int(valid.sum()))
             return loss
 
         def validation_step(self, batch: Any, batch_idx: int) -> None:
-            x, y = batch
-            logits = self.net(x)
-            loss = nn.functional.binary_cross_entropy_with_logits(logits, y)
-            self.log("val_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(y))
-            self._val.append((torch.sigmoid(logits).detach().cpu(), y.detach().cpu()))
+            x, valid, y = batch
+            logits = self.net(x, valid)
+            loss = masked_bce(logits, y, valid)
+            self.log("val_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=int(valid.sum()))
+            self._val.append((torch.sigmoid(logits[valid]).detach().cpu(), y[valid].detach().cpu()))
 
         def on_validation_epoch_end(self) -> None:
             if not self._val:
@@ -152,18 +163,23 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def make_datamodule(train: RolloutDataset, val: RolloutDataset, batch_size: int = 256, seed: int = 0) -> Any:
-    """A LightningDataModule over the two rollout datasets (shuffled training batches, seeded)."""
+def as_windows(kind: str, data: RolloutDataset) -> Windows:
+    """The training view of rollout rows for a policy kind: whole windows for the transformer."""
+    return to_windows(data) if kind == "transformer" else to_rows(data)
+
+
+def make_datamodule(train: Windows, val: Windows, batch_size: int = 256, seed: int = 0) -> Any:
+    """A LightningDataModule over two sets of windows (shuffled training batches, seeded)."""
     pl = _lightning()
     from torch.utils.data import DataLoader, TensorDataset
 
     class PolicyData(pl.LightningDataModule):
         def train_dataloader(self) -> DataLoader:
-            return DataLoader(TensorDataset(train.X, train.y), batch_size=batch_size, shuffle=True,
+            return DataLoader(TensorDataset(*train.tensors()), batch_size=batch_size, shuffle=True,
                               generator=torch.Generator().manual_seed(seed))
 
         def val_dataloader(self) -> DataLoader:
-            return DataLoader(TensorDataset(val.X, val.y), batch_size=4096, shuffle=False)
+            return DataLoader(TensorDataset(*val.tensors()), batch_size=max(batch_size, 1024), shuffle=False)
 
     return PolicyData()
 
@@ -185,13 +201,14 @@ def _quiet_lightning(quiet: bool) -> Any:
             lg.setLevel(level)
 
 
-def train_mlp(train: RolloutDataset, val: RolloutDataset, *, out_dir: "str | os.PathLike",
-              hidden: Sequence[int] = (32, 32), lr: float = 3e-3, weight_decay: float = 1e-4,
+def train_net(kind: str, train: RolloutDataset, val: RolloutDataset, *, out_dir: "str | os.PathLike",
+              arch: Optional[dict] = None, lr: float = 3e-3, weight_decay: float = 1e-4,
               max_epochs: int = 40, patience: int = 5, batch_size: int = 256, seed: int = 0,
               wandb_mode: str = "offline", accelerator: str = "cpu", devices: Any = 1,
               progress: bool = False, run_config: Optional[dict] = None, fast_dev_run: bool = False,
-              ) -> tuple[PolicyNet, dict[str, Any]]:
-    """Train the MLP policy with Lightning; returns the best-validation-loss network and run info."""
+              init: Optional[nn.Module] = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Train an ``mlp`` or ``transformer`` policy with Lightning (from ``init``'s weights if given,
+    e.g. the previous DAgger round's); returns the best-validation-loss network and run info."""
     pl = _lightning()
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
     from pytorch_lightning.loggers import CSVLogger
@@ -200,31 +217,36 @@ def train_mlp(train: RolloutDataset, val: RolloutDataset, *, out_dir: "str | os.
         raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
     out = Path(out_dir)
     pl.seed_everything(seed, workers=True, verbose=False)
-    module = make_policy_module(len(FEATURE_NAMES), hidden, lr, weight_decay)
-    module.net.set_normalisation(train.X)
+    module = make_policy_module(kind, arch, lr, weight_decay)
+    if init is not None:
+        module.net.load_state_dict(init.state_dict())
+    else:
+        module.net.set_normalisation(train.X)
     loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
     wandb_logger = None
     if wandb_mode != "disabled":
         from pytorch_lightning.loggers import WandbLogger
 
         os.environ.setdefault("WANDB_SILENT", "true")
-        wandb_logger = WandbLogger(project="adaptive-decoding", name=f"policy-{out.name}",
+        wandb_logger = WandbLogger(project="adaptive-decoding", name=f"policy-{kind}-{out.name}",
                                    save_dir=str(out / "lightning"), mode=wandb_mode, config=run_config or {})
         loggers.append(wandb_logger)
     ckpt = ModelCheckpoint(dirpath=str(out / "lightning" / "checkpoints"), monitor="val_loss", mode="min",
-                           save_top_k=1, filename="policy-{epoch:02d}-{val_loss:.4f}")
+                           save_top_k=1, filename=kind + "-{epoch:02d}-{val_loss:.4f}")
     stop = EarlyStopping(monitor="val_loss", mode="min", patience=patience)
     with warnings.catch_warnings(), _quiet_lightning(not progress):
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")
         warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+        warnings.filterwarnings("ignore", message=".*exists and is not empty.*")  # DAgger rounds retrain there
         trainer = pl.Trainer(
             accelerator=accelerator, devices=devices, max_epochs=max_epochs, logger=loggers,
             callbacks=[ckpt, stop], enable_progress_bar=progress, enable_model_summary=progress,
             num_sanity_val_steps=0, log_every_n_steps=1, default_root_dir=str(out / "lightning"),
             deterministic=True, fast_dev_run=fast_dev_run,
         )
-        trainer.fit(module, datamodule=make_datamodule(train, val, batch_size, seed))
+        trainer.fit(module, datamodule=make_datamodule(as_windows(kind, train), as_windows(kind, val),
+                                                       batch_size, seed))
     best = ckpt.best_model_path
     if best:
         state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
@@ -239,7 +261,7 @@ def train_mlp(train: RolloutDataset, val: RolloutDataset, *, out_dir: "str | os.
     return module.net.cpu().eval(), info
 
 
-def policy_metrics(net: PolicyNet, data: RolloutDataset, threshold: float) -> dict[str, float]:
+def policy_metrics(net: nn.Module, data: RolloutDataset, threshold: float, kind: str = "mlp") -> dict[str, float]:
     """scikit-learn ROC-AUC and average precision; precision / recall / commit rate at ``threshold``."""
     from sklearn.metrics import (
         average_precision_score,
@@ -248,13 +270,14 @@ def policy_metrics(net: PolicyNet, data: RolloutDataset, threshold: float) -> di
         roc_auc_score,
     )
 
+    w = as_windows(kind, data)
     with torch.no_grad():
-        p = torch.sigmoid(copy.deepcopy(net).double()(data.X.double())).float().numpy()
-    y = data.y.numpy().astype(int)
+        p = torch.sigmoid(copy.deepcopy(net).double()(w.X.double(), w.valid))[w.valid].float().numpy()
+    y = w.y[w.valid].numpy().astype(int)
     pred = (p > threshold).astype(int)
     both = 0 < y.sum() < len(y)
     return {
-        "n": int(len(y)), "positive_rate": float(y.mean()) if len(y) else float("nan"),
+        "n": len(y), "positive_rate": float(y.mean()) if len(y) else float("nan"),
         "roc_auc": float(roc_auc_score(y, p)) if both else float("nan"),
         "average_precision": float(average_precision_score(y, p)) if both else float("nan"),
         "threshold": float(threshold),
@@ -285,141 +308,3 @@ def calibrate_threshold(loaded: Any, task: Any, controller: str, policy: "str | 
     i, met = choose_index([(s["accuracy"], s["nfe"]) for s in sweep], reference["accuracy"], max_drop)
     return {"threshold": sweep[i]["threshold"], "met_target": met, "sweep": sweep, "reference": reference,
             "rule": f"fewest mean NFE with validation accuracy >= {REFERENCE} - {max_drop:g}"}
-
-
-@dataclass
-class PolicyResult:
-    """Outcome of :func:`train_policy`: the two policy files and every figure measured."""
-
-    mlp_path: Path
-    logreg_path: Path
-    out_dir: Path
-    dataset: dict
-    metrics: dict
-    calibration: dict
-    test: dict
-    training: dict
-
-    def summary(self) -> dict[str, Any]:
-        d = asdict(self)
-        for k in ("mlp_path", "logreg_path", "out_dir"):
-            d[k] = str(d[k])
-        return d
-
-
-def train_policy(
-    task: str,
-    *,
-    model: Optional[str] = None,
-    loaded: Any = None,
-    task_params: Optional[dict] = None,
-    out_dir: "str | os.PathLike | None" = None,
-    n_train: int = 256,
-    n_val: int = 64,
-    n_test: int = 200,
-    hidden: Sequence[int] = (32, 32),
-    max_epochs: int = 40,
-    patience: int = 5,
-    batch_size: int = 256,
-    lr: float = 3e-3,
-    C: float = 1.0,
-    seed: int = 0,
-    wandb_mode: str = "offline",
-    calibrate: bool = True,
-    thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-    max_drop: float = 0.01,
-    rollout: Optional[str] = None,
-    decode_options: Optional[dict] = None,
-    decode_batch_size: int = 64,
-    device: str = "cpu",
-    accelerator: str = "cpu",
-    verbose: bool = True,
-    fast_dev_run: bool = False,
-) -> PolicyResult:
-    """Build the rollout datasets, train ``logreg`` and ``mlp``, calibrate, measure, save.
-
-    Training rows come from the train split, early stopping and calibration from the validation
-    split, the reported decoding figures from the test split. Returns the policy paths
-    (``--controller learned --set policy=PATH`` / ``--controller logreg --set policy=PATH``).
-    """
-    from framework.engine.evaluate import evaluate
-    from framework.tasks.base import get_task
-
-    t0 = __import__("time").perf_counter()
-    task_obj = get_task(task, **(task_params or {}))
-    if loaded is None:
-        from framework.training.zoo import load_model
-
-        model = model or f"tiny-{task_obj.name}"
-        loaded = load_model(model, device=device)
-    label = str(model or loaded.name)
-    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT / f"{task_obj.name}-{Path(label).name}"
-    out.mkdir(parents=True, exist_ok=True)
-    config = DecodeConfig.build(**{"gen_length": task_obj.gen_length,
-                                   "block_length": task_obj.default_block_length, **(decode_options or {})})
-    roll = build_controller(rollout) if rollout else None
-    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *a: None)  # noqa: E731
-    train = build_dataset(loaded, task_obj, "train", n_train, config=config, batch_size=decode_batch_size, rollout=roll)
-    val = build_dataset(loaded, task_obj, "validation", n_val, config=config, batch_size=decode_batch_size, rollout=roll)
-    dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
-               "val_positive_rate": val.positive_rate, "n_train": n_train, "n_val": n_val,
-               "rollout": rollout or "sequential", "features": list(FEATURE_NAMES)}
-    say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
-        f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
-    meta = {"task": task_obj.name, "task_params": task_obj.get_params(), "model": label,
-            "decode": config.get_params(), "dataset": dataset, "seed": seed}
-    logreg = train_logreg(train, C=C, seed=seed)
-    mlp, info = train_mlp(train, val, out_dir=out, hidden=hidden, lr=lr, max_epochs=max_epochs,
-                          patience=patience, batch_size=batch_size, seed=seed, wandb_mode=wandb_mode,
-                          accelerator=accelerator, progress=verbose and sys.stderr.isatty(),
-                          run_config={**meta, "hidden": list(hidden), "lr": lr}, fast_dev_run=fast_dev_run)
-    paths = {"logreg": out / "logreg.pt", "mlp": out / "mlp.pt"}
-    nets = {"logreg": logreg, "mlp": mlp}
-    for kind, net in nets.items():
-        save_policy(net, paths[kind], kind=kind, threshold=0.9, meta=meta)
-    calibration: dict[str, Any] = {}
-    names = {"mlp": "learned", "logreg": "logreg"}
-    reference = None
-    for kind in ("logreg", "mlp"):
-        if calibrate:
-            cal = calibrate_threshold(loaded, task_obj, names[kind], paths[kind], config, n=n_val,
-                                      thresholds=thresholds, max_drop=max_drop, batch_size=decode_batch_size,
-                                      reference=reference)
-            reference = cal["reference"]
-            calibration[kind] = cal
-            threshold = cal["threshold"]
-        else:
-            threshold = 0.9
-        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold,
-                    meta={**meta, "calibration": calibration.get(kind)})
-    metrics = {kind: policy_metrics(nets[kind], val, load_policy(paths[kind]).threshold) for kind in nets}
-    test: dict[str, Any] = {}
-    if n_test:
-        for label_, name, params in (("sequential", "sequential", {}),
-                                     ("logreg", "logreg", {"policy": str(paths["logreg"])}),
-                                     ("learned", "learned", {"policy": str(paths["mlp"])})):
-            test[label_] = evaluate(loaded, task_obj, build_controller(name, **params), config, split="test",
-                                    n=n_test, batch_size=decode_batch_size).row()
-    training = {**info, "seconds": round(__import__("time").perf_counter() - t0, 1)}
-    result = PolicyResult(mlp_path=paths["mlp"], logreg_path=paths["logreg"], out_dir=out, dataset=dataset,
-                          metrics=metrics, calibration=calibration, test=test, training=training)
-    (out / "summary.json").write_text(json.dumps(result.summary(), indent=2, default=str))
-    if verbose:
-        print(report(result))
-    return result
-
-
-def report(result: PolicyResult) -> str:
-    """Classification metrics (validation rows) and decoding figures (test split) as text."""
-    lines = [f"{'policy':<8} {'ROC-AUC':>8} {'avg prec':>8} {'thresh':>7} {'prec':>6} {'recall':>6} {'commit':>7}"]
-    for kind, m in result.metrics.items():
-        lines.append(f"{kind:<8} {m['roc_auc']:>8.4f} {m['average_precision']:>8.4f} {m['threshold']:>7.3f} "
-                     f"{m['precision']:>6.3f} {m['recall']:>6.3f} {m['commit_rate']:>7.3f}")
-    if result.test:
-        lines += ["", f"{'test split':<12} {'acc':>6} {'NFE':>7} {'tok/fwd':>8}"]
-        for label, row in result.test.items():
-            lines.append(f"{label:<12} {row['accuracy']:>6.3f} {row['nfe']:>7.2f} {row['tpf']:>8.2f}")
-    lines += ["", f"policies: {result.mlp_path} (--controller learned --set policy=...), "
-                  f"{result.logreg_path} (--controller logreg ...)",
-              f"logs: {result.training.get('csv_log')}  best checkpoint: {result.training.get('best_checkpoint')}"]
-    return "\n".join(lines)

@@ -121,7 +121,7 @@ def test_train_controller_cli_trains_and_the_policy_decodes(tmp_path, monkeypatc
     for kind in ("mlp", "logreg"):
         m = summary["metrics"][kind]
         assert m["roc_auc"] > 0.99 and m["precision"] > 0.99
-    assert (out / "lightning" / "csv").is_dir() and summary["training"]["best_checkpoint"].endswith(".ckpt")
+    assert (out / "lightning" / "csv").is_dir() and summary["training"]["mlp"]["best_checkpoint"].endswith(".ckpt")
     test = summary["test"]
     for name in ("learned", "logreg"):
         assert test[name]["accuracy"] >= test["sequential"]["accuracy"] - 0.01

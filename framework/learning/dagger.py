@@ -1,0 +1,119 @@
+"""On-policy training data (DAgger): label the states a policy itself visits.
+
+Imitation rows come from one-token-per-step decoding, but a parallel policy reaches states that
+decoding never visits (several tokens committed per step, some of them wrong). DAgger (Ross et
+al. 2011) decodes with the current policy, and labels each visited state with the oracle *from
+that state*:
+
+    y = 1  ⇔  the position's current prediction x0 equals the token that the reference
+              (one-token-per-step ``sequential``) ends with when it continues from this state,
+
+so a position that only became safe because of an earlier mistake, or that a mistake made unsafe,
+is labelled as it is now. The rounds aggregate these rows with the earlier ones and retrain.
+At most ``states_per_rollout`` visited steps per prompt are labelled (each costs one reference
+decode from that state), chosen with a seeded generator.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional, Sequence
+
+import torch
+
+from framework.engine.config import DecodeConfig
+from framework.engine.controller import DecodeState
+from framework.engine.controller_io import build_controller
+from framework.engine.features import StepFeatures
+from framework.engine.loop import decode
+from framework.learning.features import FEATURE_NAMES, feature_matrix
+from framework.learning.rollouts import RolloutDataset
+
+
+class _StateRecorder:
+    """Wraps a controller; records every step's eligible rows and the generation it saw."""
+
+    ROW_KEY = "_state_recorder.row"
+
+    def __init__(self, inner: Any, gen_length: int) -> None:
+        self.inner, self.gen_length = inner, gen_length
+        self.steps: list[tuple[torch.Tensor, ...]] = []
+
+    def reset(self, state: DecodeState) -> None:
+        self.inner.reset(state)
+        state.memory[self.ROW_KEY] = torch.arange(state.batch_size, device=state.seeds.device)
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Any:
+        rows = state.memory[self.ROW_KEY]
+        b, i = f.eligible.nonzero(as_tuple=True)
+        self.steps.append((feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.position[b, i].cpu(),
+                           f.x0[b, i].cpu(), f.step[b].cpu(), rows.cpu().clone(), f.step.cpu().clone(),
+                           state.extras["generation"].cpu().clone()))
+        return self.inner.decide(f, state)
+
+
+@torch.no_grad()
+def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: Any, config: DecodeConfig, *,
+                      seeds: Any = None, states_per_rollout: int = 4, seed: int = 0,
+                      reference: str = "sequential", batch_size: int = 64) -> RolloutDataset:
+    """Decode ``prompts`` with ``controller``; label up to ``states_per_rollout`` visited steps per
+    prompt with the reference decode continued from each (see the module docstring)."""
+    if states_per_rollout < 1:
+        raise ValueError(f"states_per_rollout={states_per_rollout}; allowed: an integer ≥ 1")
+    G = config.gen_length
+    rec = _StateRecorder(controller, G)
+    decode(model, prompts, rec, config, seeds=seeds)
+    row_seeds = torch.as_tensor(config.seed if seeds is None else seeds, dtype=torch.long).reshape(-1)
+    row_seeds = row_seeds.expand(len(prompts)).clone() if row_seeds.numel() == 1 else row_seeds
+    # one entry per visited (row, step): its generation snapshot
+    visited: dict[tuple[int, int], torch.Tensor] = {}
+    for *_, rows, steps, gen in rec.steps:
+        for r, s, g in zip(rows.tolist(), steps.tolist(), gen):
+            visited[(r, s)] = g
+    gen_ = torch.Generator().manual_seed(int(seed))
+    chosen: list[tuple[int, int]] = []
+    for r in range(len(prompts)):
+        mine = sorted(s for (rr, s) in visited if rr == r)
+        pick = torch.randperm(len(mine), generator=gen_)[:states_per_rollout].tolist()
+        chosen += [(r, mine[j]) for j in sorted(pick)]
+    finals: dict[tuple[int, int], torch.Tensor] = {}
+    ref = build_controller(reference)
+    for start in range(0, len(chosen), batch_size):
+        part = chosen[start:start + batch_size]
+        out = decode(model, [prompts[r] for r, _ in part], ref, config, seeds=row_seeds[[r for r, _ in part]],
+                     initial=torch.stack([visited[k] for k in part]))
+        finals.update({k: out.generated[j].cpu() for j, k in enumerate(part)})
+    parts: list[tuple[torch.Tensor, ...]] = []
+    for X, rows, pos, x0, step, *_ in rec.steps:
+        keep = torch.tensor([(r, s) in finals for r, s in zip(rows.tolist(), step.tolist())], dtype=torch.bool)
+        if not keep.any():
+            continue
+        X, rows, pos, x0, step = X[keep], rows[keep], pos[keep], x0[keep], step[keep]
+        target = torch.stack([finals[(r, s)][p] for r, s, p in zip(rows.tolist(), step.tolist(), pos.tolist())])
+        parts.append((X, (x0 == target).float(), rows, step, pos))
+    if not parts:
+        empty = torch.zeros(0, dtype=torch.long)
+        return RolloutDataset(torch.zeros(0, len(FEATURE_NAMES)), torch.zeros(0), empty, empty, empty)
+    X, y, rows, step, pos = (torch.cat(t) for t in zip(*parts))
+    return RolloutDataset(X=X, y=y, sample=rows, step=step, position=pos)
+
+
+def build_on_policy_dataset(loaded: Any, task: Any, split: str, n: int, controller: Any, *,
+                            config: Optional[DecodeConfig] = None, batch_size: int = 64,
+                            states_per_rollout: int = 4, data_seed: int = 0, seed: int = 0,
+                            progress: Any = None) -> RolloutDataset:
+    """:func:`collect_on_policy` over ``n`` examples of a task split (seeds as in evaluation)."""
+    from framework.engine.evaluate import item_seeds
+
+    config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)
+    examples = task.examples(split, n, seed=data_seed)
+    tok = loaded.tokenizer
+    parts = []
+    for start in range(0, len(examples), batch_size):
+        chunk = examples[start:start + batch_size]
+        parts.append(collect_on_policy(loaded.denoiser, [tok.encode(ex.prompt) for ex in chunk], controller, config,
+                                       seeds=item_seeds([ex.id for ex in chunk], config.seed),
+                                       states_per_rollout=states_per_rollout, seed=seed + start,
+                                       batch_size=batch_size))
+        if progress is not None:
+            progress.update(len(chunk))
+    return RolloutDataset.concat(parts)

@@ -1,0 +1,245 @@
+"""``adec train-controller``'s pipeline: imitation, then DAgger rounds or an RL fine-tune; calibrate; report.
+
+``method``:
+
+* ``imitation``: rows of one-token-per-step decoding, labelled by its final tokens
+  (:mod:`framework.learning.rollouts`); each policy kind is trained on them;
+* ``dagger``: imitation, then ``rounds`` times: decode the train split with the current policy
+  (at its ``dagger_threshold``), label the visited states from each state
+  (:mod:`framework.learning.dagger`), aggregate with all earlier rows, retrain from the current weights;
+* ``rl``: imitation, then the REINFORCE fine-tune with a group baseline (:mod:`framework.learning.rl`).
+
+Every policy is then calibrated on the validation split (fewest NFE within ``max_drop`` of
+sequential accuracy) and decoded on the test split. Files: ``<kind>.pt`` per policy, ``summary.json``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+from framework.engine.config import DecodeConfig
+from framework.engine.controller_io import build_controller
+from framework.learning.features import FEATURE_NAMES
+from framework.learning.nets import KINDS
+from framework.learning.policy import DEFAULT_OUT, load_policy, save_policy
+from framework.learning.rollouts import RolloutDataset, build_dataset
+from framework.learning.train import (
+    DEFAULT_THRESHOLDS,
+    calibrate_threshold,
+    policy_metrics,
+    train_logreg,
+    train_net,
+)
+
+METHODS = ("imitation", "dagger", "rl")
+#: the controller that decodes each policy kind
+CONTROLLER_OF = {"mlp": "learned", "logreg": "logreg", "transformer": "learned_window"}
+
+
+@dataclass
+class PolicyResult:
+    """Outcome of :func:`train_policy`: the policy files and every figure measured."""
+
+    paths: dict
+    out_dir: Path
+    method: str
+    dataset: dict
+    metrics: dict
+    calibration: dict
+    test: dict
+    training: dict
+    rounds: list = field(default_factory=list)
+
+    @property
+    def mlp_path(self) -> Optional[Path]:
+        return self.paths.get("mlp")
+
+    @property
+    def logreg_path(self) -> Optional[Path]:
+        return self.paths.get("logreg")
+
+    def summary(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["paths"] = {k: str(v) for k, v in self.paths.items()}
+        d["out_dir"] = str(self.out_dir)
+        return d
+
+
+def check_options(method: str, policies: Sequence[str], rounds: int, states_per_rollout: int) -> None:
+    """Refuse bad values before any work, naming what is allowed."""
+    if method not in METHODS:
+        raise ValueError(f"method={method!r}; allowed: {', '.join(METHODS)}")
+    bad = [p for p in policies if p not in KINDS]
+    if bad or not policies:
+        raise ValueError(f"policy={','.join(bad) or '(none)'!s}; allowed: {', '.join(KINDS)} (comma separated)")
+    if method == "dagger" and rounds < 1:
+        raise ValueError(f"rounds={rounds} with method=dagger; allowed: an integer ≥ 1")
+    if states_per_rollout < 1:
+        raise ValueError(f"states_per_rollout={states_per_rollout}; allowed: an integer ≥ 1")
+
+
+def _fit(kind: str, train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict, init: Any = None) -> tuple:
+    if kind == "logreg":
+        return train_logreg(train, C=opts["C"], seed=opts["seed"]), {"epochs": None}
+    arch = {"hidden": list(opts["hidden"])} if kind == "mlp" else dict(opts["window_arch"])
+    return train_net(kind, train, val, out_dir=out, arch=arch, lr=opts["lr"], max_epochs=opts["max_epochs"],
+                     patience=opts["patience"], batch_size=opts["batch_size"] if kind == "mlp" else opts["window_batch"],
+                     seed=opts["seed"], wandb_mode=opts["wandb_mode"], accelerator=opts["accelerator"],
+                     progress=opts["progress"], run_config=opts["meta"], fast_dev_run=opts["fast_dev_run"], init=init)
+
+
+def train_policy(
+    task: str, *, model: Optional[str] = None, loaded: Any = None, task_params: Optional[dict] = None,
+    out_dir: "str | os.PathLike | None" = None, method: str = "imitation", policies: Sequence[str] = ("mlp", "logreg"),
+    n_train: int = 256, n_val: int = 64, n_test: int = 200, hidden: Sequence[int] = (32, 32),
+    window_arch: Optional[dict] = None, max_epochs: int = 40, patience: int = 5, batch_size: int = 256,
+    window_batch: int = 64, lr: float = 3e-3, C: float = 1.0, seed: int = 0, wandb_mode: str = "offline",
+    calibrate: bool = True, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, max_drop: float = 0.01,
+    rollout: Optional[str] = None, rounds: int = 2, states_per_rollout: int = 4, dagger_threshold: float = 0.9,
+    rl: Optional[dict] = None, decode_options: Optional[dict] = None, decode_batch_size: int = 64,
+    device: str = "cpu", accelerator: str = "cpu", verbose: bool = True, fast_dev_run: bool = False,
+) -> PolicyResult:
+    """Train the requested ``policies`` by ``method`` (module docstring); returns paths and figures.
+
+    Training rows come from the train split, early stopping and calibration from the validation
+    split, the reported decoding figures from the test split. ``rl`` holds the keyword arguments of
+    :func:`framework.learning.rl_train.rl_finetune` (iterations, prompts, group, lam, reward_form, lr).
+    """
+    from framework.engine.evaluate import evaluate
+    from framework.tasks.base import get_task
+
+    check_options(method, policies, rounds, states_per_rollout)
+    t0 = time.perf_counter()
+    task_obj = get_task(task, **(task_params or {}))
+    if loaded is None:
+        from framework.training.zoo import load_model
+
+        model = model or f"tiny-{task_obj.name}"
+        loaded = load_model(model, device=device)
+    label = str(model or loaded.name)
+    suffix = "" if method == "imitation" else f"-{method}"
+    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT / f"{task_obj.name}-{Path(label).name}{suffix}"
+    out.mkdir(parents=True, exist_ok=True)
+    config = DecodeConfig.build(**{"gen_length": task_obj.gen_length,
+                                   "block_length": task_obj.default_block_length, **(decode_options or {})})
+    roll = build_controller(rollout) if rollout else None
+    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *a: None)
+    train = build_dataset(loaded, task_obj, "train", n_train, config=config, batch_size=decode_batch_size, rollout=roll)
+    val = build_dataset(loaded, task_obj, "validation", n_val, config=config, batch_size=decode_batch_size, rollout=roll)
+    dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
+               "val_positive_rate": val.positive_rate, "n_train": n_train, "n_val": n_val,
+               "rollout": rollout or "sequential", "features": list(FEATURE_NAMES)}
+    say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
+        f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
+    meta = {"task": task_obj.name, "task_params": task_obj.get_params(), "model": label, "method": method,
+            "decode": config.get_params(), "dataset": dataset, "seed": seed}
+    opts = {"C": C, "seed": seed, "hidden": hidden, "window_arch": window_arch or {"d_model": 32, "layers": 2, "heads": 4},
+            "lr": lr, "max_epochs": max_epochs, "patience": patience, "batch_size": batch_size,
+            "window_batch": window_batch, "wandb_mode": wandb_mode, "accelerator": accelerator,
+            "progress": verbose and sys.stderr.isatty(), "meta": meta, "fast_dev_run": fast_dev_run}
+    paths = {kind: out / f"{kind}.pt" for kind in policies}
+    nets, training, rounds_log = {}, {}, []
+    for kind in policies:
+        t1 = time.perf_counter()
+        nets[kind], info = _fit(kind, train, val, out, opts)
+        save_policy(nets[kind], paths[kind], kind=kind, threshold=dagger_threshold, meta=meta)
+        training[kind] = {**info, "imitation_seconds": round(time.perf_counter() - t1, 1)}
+    if method == "dagger":
+        rounds_log = _dagger(loaded, task_obj, config, policies, paths, nets, train, val, out, opts, training,
+                             rounds=rounds, n_train=n_train, states_per_rollout=states_per_rollout,
+                             decode_batch_size=decode_batch_size, threshold=dagger_threshold, say=say)
+        dataset["dagger_rows"] = [r["rows"] for r in rounds_log]
+    if method == "rl":
+        from framework.learning.rl_train import rl_finetune
+
+        for kind in policies:
+            t1 = time.perf_counter()
+            nets[kind], info = rl_finetune(loaded, task_obj, paths[kind], config, out_dir=out / kind,
+                                           seed=seed, wandb_mode=wandb_mode, verbose=verbose,
+                                           decode_batch_size=decode_batch_size, **(rl or {}))
+            save_policy(nets[kind], paths[kind], kind=kind, threshold=dagger_threshold, meta={**meta, "rl": info})
+            training[kind]["rl"] = {**info, "seconds": round(time.perf_counter() - t1, 1)}
+    calibration: dict[str, Any] = {}
+    reference = None
+    for kind in policies:
+        threshold = dagger_threshold
+        if calibrate:
+            say(f"calibrating the {kind} policy's threshold on {n_val} validation prompts ...")
+            cal = calibrate_threshold(loaded, task_obj, CONTROLLER_OF[kind], paths[kind], config, n=n_val,
+                                      thresholds=thresholds, max_drop=max_drop, batch_size=decode_batch_size,
+                                      reference=reference)
+            reference = cal["reference"]
+            calibration[kind] = cal
+            threshold = cal["threshold"]
+        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold,
+                    meta={**meta, "calibration": calibration.get(kind), "training": training[kind]})
+    metrics = {kind: policy_metrics(nets[kind], val, load_policy(paths[kind]).threshold, kind) for kind in policies}
+    test: dict[str, Any] = {}
+    if n_test:
+        runs = [("sequential", "sequential", {})] + [(CONTROLLER_OF[k], CONTROLLER_OF[k], {"policy": str(paths[k])})
+                                                     for k in policies]
+        for label_, name, params in runs:
+            test[label_] = evaluate(loaded, task_obj, build_controller(name, **params), config, split="test",
+                                    n=n_test, batch_size=decode_batch_size).row()
+    training["seconds"] = round(time.perf_counter() - t0, 1)
+    result = PolicyResult(paths=paths, out_dir=out, method=method, dataset=dataset, metrics=metrics,
+                          calibration=calibration, test=test, training=training, rounds=rounds_log)
+    (out / "summary.json").write_text(json.dumps(result.summary(), indent=2, default=str))
+    if verbose:
+        print(report(result))
+    return result
+
+
+def _dagger(loaded: Any, task: Any, config: DecodeConfig, policies: Sequence[str], paths: dict, nets: dict,
+            train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict, training: dict, *, rounds: int,
+            n_train: int, states_per_rollout: int, decode_batch_size: int, threshold: float, say: Any) -> list:
+    """The DAgger rounds, per policy kind: visit, label from the visited states, aggregate, retrain."""
+    from tqdm.auto import tqdm
+
+    from framework.learning.dagger import build_on_policy_dataset
+
+    log = []
+    data = {kind: train for kind in policies}
+    for r in range(1, rounds + 1):
+        for kind in policies:
+            t1 = time.perf_counter()
+            ctrl = build_controller(CONTROLLER_OF[kind], policy=str(paths[kind]), threshold=threshold)
+            with tqdm(total=n_train, desc=f"DAgger round {r} ({kind}): visit and label", unit="prompt",
+                      disable=not opts["progress"]) as bar:
+                new = build_on_policy_dataset(loaded, task, "train", n_train, ctrl, config=config,
+                                              batch_size=decode_batch_size, states_per_rollout=states_per_rollout,
+                                              data_seed=0, seed=opts["seed"] + r, progress=bar)
+            data[kind] = RolloutDataset.concat([data[kind], new])
+            nets[kind], info = _fit(kind, data[kind], val, out, opts, init=None if kind == "logreg" else nets[kind])
+            save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold, meta=opts["meta"])
+            entry = {"round": r, "policy": kind, "rows": len(new), "safe_rate": new.positive_rate,
+                     "total_rows": len(data[kind]), "seconds": round(time.perf_counter() - t1, 1)}
+            say(f"DAgger round {r} ({kind}): {len(new)} on-policy rows ({new.positive_rate:.1%} safe), "
+                f"{len(data[kind])} in all")
+            training[kind].setdefault("dagger", []).append({**entry, **{k: v for k, v in info.items() if k != "history"}})
+            log.append(entry)
+    return log
+
+
+def report(result: PolicyResult) -> str:
+    """Classification metrics (validation rows) and decoding figures (test split) as text."""
+    lines = [f"method: {result.method}",
+             f"{'policy':<12} {'ROC-AUC':>8} {'avg prec':>8} {'thresh':>7} {'prec':>6} {'recall':>6} {'commit':>7}"]
+    for kind, m in result.metrics.items():
+        lines.append(f"{kind:<12} {m['roc_auc']:>8.4f} {m['average_precision']:>8.4f} {m['threshold']:>7.3f} "
+                     f"{m['precision']:>6.3f} {m['recall']:>6.3f} {m['commit_rate']:>7.3f}")
+    if result.test:
+        lines += ["", f"{'test split':<16} {'acc':>6} {'NFE':>7} {'tok/fwd':>8}"]
+        for label, row in result.test.items():
+            lines.append(f"{label:<16} {row['accuracy']:>6.3f} {row['nfe']:>7.2f} {row['tpf']:>8.2f}")
+    lines.append("")
+    for kind, path in result.paths.items():
+        lines.append(f"policy {kind}: {path}  (--controller {CONTROLLER_OF[kind]} --set policy={path})")
+    lines.append(f"training: {result.training.get('seconds')} s in all; logs under {result.out_dir}/lightning")
+    return "\n".join(lines)

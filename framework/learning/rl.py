@@ -1,0 +1,108 @@
+"""Reinforcement-learning fine-tune of a commit policy: REINFORCE with a group baseline (GRPO-style).
+
+**Actions.** At every step the policy commits each eligible position i with probability
+p_i = σ(g(·)_i) (Bernoulli actions a_i, ``learned`` with ``sample=true``); when it draws none,
+the loop commits the most likely one, a deterministic function of the draw, so
+log π(a | s) = Σ_i [a_i log p_i + (1 − a_i) log(1 − p_i)] over the eligible positions is exact.
+
+**Reward** of a whole decode, correctness first and forward passes second (c ∈ {0, 1} the task's
+score, NFE its forward passes, G the generation length, λ ≥ 0):
+
+* ``additive``:        R = c − λ · NFE / G
+* ``multiplicative``:  R = c · exp(−λ · NFE / G)   (0 for every wrong answer, whatever its speed)
+
+**Update.** K rollouts per prompt (different seeds); the advantage of rollout j of prompt g is
+A_j = R_j − mean_g(R) (divided by std_g(R) + 1e-6 with ``normalise``, as GRPO does); the loss is
+−mean over the rollouts' steps of A · log π(a | s). Training runs in Lightning: every epoch draws
+fresh prompts and rollouts with the current policy (``reload_dataloaders_every_n_epochs=1``), logs
+reward, accuracy and NFE to CSV and W&B (offline by default), and checkpoints (``last.ckpt``), so
+an interrupted run resumes where it stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from framework.engine.controller import DecodeState
+from framework.engine.features import StepFeatures
+from framework.learning.features import feature_matrix
+from framework.learning.rollouts import RolloutDataset
+from framework.learning.windows import to_rows, to_windows
+
+REWARDS = ("additive", "multiplicative")
+
+
+def reward(correct: torch.Tensor, nfe: torch.Tensor, gen_length: int, lam: float, form: str = "additive") -> torch.Tensor:
+    """R per rollout (see the module docstring)."""
+    if form not in REWARDS:
+        raise ValueError(f"reward form {form!r}; allowed: {', '.join(REWARDS)}")
+    if not (lam >= 0 and math.isfinite(lam)):
+        raise ValueError(f"lambda={lam}; allowed: a finite number ≥ 0")
+    c, cost = correct.double(), nfe.double() / float(gen_length)
+    return c - lam * cost if form == "additive" else c * torch.exp(-lam * cost)
+
+
+def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, normalise: bool = True) -> torch.Tensor:
+    """A = R − mean of R over the rollouts of the same prompt (``groups``), / (std + 1e-6) if ``normalise``."""
+    _, inv = torch.unique(groups, return_inverse=True)
+    n = torch.bincount(inv).double()
+    mean = torch.zeros_like(n).index_add_(0, inv, rewards.double()) / n
+    adv = rewards.double() - mean[inv]
+    if normalise:
+        var = torch.zeros_like(n).index_add_(0, inv, adv ** 2) / n
+        adv = adv / (var.sqrt()[inv] + 1e-6)
+    return adv
+
+
+def bernoulli_log_prob(logits: torch.Tensor, actions: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """log π of each window's actions: Σ over valid slots of a·log σ(z) + (1 − a)·log σ(−z); ``[N]``."""
+    a = actions.to(logits.dtype)
+    lp = a * nn.functional.logsigmoid(logits) + (1 - a) * nn.functional.logsigmoid(-logits)
+    return (lp * valid).sum(-1)
+
+
+def reinforce_loss(net: nn.Module, x: torch.Tensor, valid: torch.Tensor, actions: torch.Tensor,
+                   advantages: torch.Tensor) -> torch.Tensor:
+    """−mean_n A_n · log π(a_n | s_n) over windows n (each carries its rollout's advantage)."""
+    return -(advantages.to(x.dtype) * bernoulli_log_prob(net(x, valid), actions, valid)).mean()
+
+
+class ActionRecorder:
+    """Wraps the sampling controller; records φ and the Bernoulli draw of every eligible position."""
+
+    ROW_KEY = "_action_recorder.row"
+
+    def __init__(self, inner: Any, gen_length: int) -> None:
+        self.inner, self.gen_length = inner, gen_length
+        self.records: list[tuple[torch.Tensor, ...]] = []
+
+    def reset(self, state: DecodeState) -> None:
+        self.inner.reset(state)
+        state.memory[self.ROW_KEY] = torch.arange(state.batch_size, device=state.seeds.device)
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Any:
+        decision = self.inner.decide(f, state)
+        b, i = f.eligible.nonzero(as_tuple=True)
+        self.records.append((feature_matrix(f, self.gen_length)[b, i].cpu(), state.memory[self.ROW_KEY][b].cpu(),
+                             f.step[b].cpu(), f.position[b, i].cpu(), decision.info["sampled"][b, i].float().cpu()))
+        return decision
+
+    def dataset(self, offset: int = 0) -> RolloutDataset:
+        """The recorded rows, ``y`` = the action taken, ``sample`` = rollout index + ``offset``."""
+        X, rows, step, pos, a = (torch.cat(t) for t in zip(*self.records))
+        return RolloutDataset(X=X, y=a, sample=rows + offset, step=step, position=pos)
+
+
+def rl_windows(kind: str, data: RolloutDataset, advantages: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """``(x, valid, actions, advantage)`` per window (one window per row for per-position kinds)."""
+    w = to_windows(data) if kind == "transformer" else to_rows(data)
+    return w.X, w.valid, w.y, advantages[w.group].float()
+
+
+def rollout_prompts(task: Any, n_prompts: int, epoch: int, data_seed: int) -> Sequence[Any]:
+    """A fresh draw of training prompts for each epoch (seeded by the epoch)."""
+    return task.examples("train", n_prompts, seed=data_seed + 7919 * (epoch + 1))

@@ -1,0 +1,174 @@
+"""The RL fine-tune as a Lightning run (see :mod:`framework.learning.rl` for the method).
+
+One epoch = one policy-gradient iteration: draw ``prompts`` training prompts (at the start of the
+epoch, in ``on_train_epoch_start``), decode each ``group`` times with the current policy sampling its commits, score the answers, compute group
+advantages, then take gradient steps over the recorded steps. Writes ``rl/`` under the output
+folder: ``current.pt`` (the policy the rollouts used), Lightning checkpoints (``last.ckpt``, the
+resume point), CSV and W&B (offline) logs with ``reward``, ``accuracy``, ``nfe`` per epoch.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import sys
+import warnings
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+
+from framework.engine.config import DecodeConfig
+from framework.learning.nets import build_net
+from framework.learning.policy import load_policy, save_policy
+from framework.learning.rollouts import RolloutDataset
+from framework.learning.rl import ActionRecorder, group_advantages, reinforce_loss, reward, rl_windows, rollout_prompts
+
+
+@lru_cache(maxsize=1)
+def _rl_module_class() -> type:
+    import pytorch_lightning as pl
+
+    class RLPolicyModule(pl.LightningModule):
+        """The policy under REINFORCE: loss = −mean A·log π(a | s); logs the rollouts' figures."""
+
+        def __init__(self, kind: str = "mlp", arch: Optional[dict] = None, lr: float = 1e-3) -> None:
+            super().__init__()
+            self.save_hyperparameters()
+            self.net = build_net(kind, arch)
+            self.stats: dict[str, float] = {}
+            self.collect: Any = None  # epoch -> tensors of the rollouts' steps (set by rl_finetune)
+            self.buffer: tuple = ()
+            self.buffer_epoch = -1
+            self.first_epoch = 0  # the epoch a resumed run starts at (read from its checkpoint)
+
+        def rollouts(self) -> tuple:
+            """This epoch's rollout steps, collected once per epoch (current_epoch is right here, also
+            after a resume; Lightning's dataloader hooks run before the checkpoint is restored)."""
+            epoch = max(self.current_epoch, self.first_epoch)
+            if self.buffer_epoch != epoch:
+                self.buffer, self.buffer_epoch = self.collect(epoch), epoch
+            return self.buffer
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, valid, actions, adv = batch
+            loss = reinforce_loss(self.net, x, valid, actions, adv)
+            self.log("pg_loss", loss, on_step=False, on_epoch=True, batch_size=len(x))
+            return loss
+
+        def on_train_epoch_end(self) -> None:
+            for k, v in self.stats.items():
+                self.log(k, float(v), on_epoch=True)
+
+        def configure_optimizers(self) -> Any:
+            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr)
+
+    RLPolicyModule.__module__ = __name__
+    RLPolicyModule.__qualname__ = "RLPolicyModule"
+    return RLPolicyModule
+
+
+def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config: DecodeConfig, *,
+                out_dir: "str | os.PathLike", iterations: int = 20, prompts: int = 16, group: int = 4,
+                lam: float = 0.5, reward_form: str = "additive", normalise: bool = True, lr: float = 1e-3,
+                minibatch: int = 4096, seed: int = 0, data_seed: int = 0, wandb_mode: str = "offline",
+                resume: bool = True, verbose: bool = True, decode_batch_size: int = 64) -> tuple[Any, dict]:
+    """Fine-tune the policy in ``init_policy`` with REINFORCE; returns the network and run info."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+    from pytorch_lightning.loggers import CSVLogger
+    from torch.utils.data import DataLoader, IterableDataset
+
+    from framework.engine.controller_io import build_controller
+    from framework.engine.evaluate import item_seeds
+    from framework.engine.loop import decode
+
+    for name, v in (("iterations", iterations), ("prompts", prompts), ("group", group)):
+        if int(v) < 1 or (name == "group" and v < 2):
+            raise ValueError(f"rl {name}={v}; allowed: an integer ≥ {2 if name == 'group' else 1}"
+                             + (" (the group baseline needs two rollouts per prompt)" if name == "group" else ""))
+    reward(torch.zeros(1), torch.ones(1), 1, lam, reward_form)  # validates λ and the form up front
+    start = load_policy(init_policy)
+    kind = start.kind
+    out = Path(out_dir) / "rl"
+    out.mkdir(parents=True, exist_ok=True)
+    current = out / "current.pt"
+    pl.seed_everything(seed, workers=True, verbose=False)
+    module = _rl_module_class()(kind=kind, arch=start.net.arch(), lr=lr)
+    module.net.load_state_dict(copy.deepcopy(start.net).float().state_dict())
+    tok, G = loaded.tokenizer, config.gen_length
+    history: list[dict[str, float]] = []
+
+    class Minibatches(IterableDataset):
+        """Each pass: the current epoch's rollout steps, shuffled (seeded), in minibatches."""
+
+        def __iter__(self) -> Any:
+            tensors = module.rollouts()
+            n = len(tensors[0])
+            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + module.buffer_epoch))
+            for s in range(0, n, minibatch):
+                yield tuple(t[order[s:s + minibatch]] for t in tensors)
+
+    def collect(epoch: int) -> tuple:
+        save_policy(copy.deepcopy(module.net).cpu().eval(), current, kind=kind, threshold=start.threshold,
+                    meta={**start.meta, "rl_epoch": epoch})
+        examples = list(rollout_prompts(task, prompts, epoch, data_seed))
+        jobs = [(g, ex, k) for g, ex in enumerate(examples) for k in range(group)]
+        parts, correct, nfe, groups = [], [], [], []
+        for s in range(0, len(jobs), decode_batch_size):
+            chunk = jobs[s:s + decode_batch_size]
+            rec = ActionRecorder(build_controller("learned_window" if kind == "transformer" else
+                                                  "learned" if kind == "mlp" else "logreg",
+                                                  policy=str(current), sample=True), G)
+            res = decode(loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, config,
+                         seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], seed))
+            parts.append(rec.dataset())
+            correct += [float(task.score(ex, tok.decode(row, stop_at_eos=True)))
+                        for (_, ex, _), row in zip(chunk, res.generated.tolist())]
+            nfe += res.nfe.tolist()
+            groups += [g for g, _, _ in chunk]
+        data = RolloutDataset.concat(parts)  # rollout j of the epoch is sample j
+        c, n = torch.tensor(correct), torch.tensor(nfe, dtype=torch.float64)
+        r = reward(c, n, G, lam, reward_form)
+        adv = group_advantages(r, torch.tensor(groups), normalise)
+        module.stats = {"reward": float(r.mean()), "accuracy": float(c.mean()), "nfe": float(n.mean()),
+                        "tpf": float((G / n).mean())}
+        history.append({"epoch": epoch, **module.stats})
+        if verbose:
+            print(f"rl epoch {epoch}: reward {module.stats['reward']:.3f}  accuracy {module.stats['accuracy']:.3f}"
+                  f"  NFE {module.stats['nfe']:.2f}  tokens/forward {module.stats['tpf']:.2f}",
+                  file=sys.stderr, flush=True)
+        return rl_windows(kind, data, adv)
+
+    module.collect = collect
+
+    loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
+    if wandb_mode != "disabled":
+        from pytorch_lightning.loggers import WandbLogger
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        loggers.append(WandbLogger(project="adaptive-decoding", name=f"rl-{kind}-{Path(out_dir).name}",
+                                   save_dir=str(out / "lightning"), mode=wandb_mode))
+    ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), save_last=True, save_top_k=1, every_n_epochs=1)
+    last = out / "checkpoints" / "last.ckpt"
+    resumed = bool(resume and last.is_file())
+    if resumed:
+        module.first_epoch = int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1
+    from framework.learning.train import _quiet_lightning
+
+    with warnings.catch_warnings(), _quiet_lightning(True):
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=iterations, logger=loggers, callbacks=[ckpt],
+                             enable_progress_bar=verbose and sys.stderr.isatty(),
+                             enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
+                             default_root_dir=str(out / "lightning"), deterministic=True)
+        trainer.fit(module, train_dataloaders=DataLoader(Minibatches(), batch_size=None), ckpt_path=str(last) if resumed else None)
+    for lg in loggers[1:]:
+        lg.experiment.finish()
+    info = {"iterations": iterations, "prompts": prompts, "group": group, "lambda": lam, "reward": reward_form,
+            "normalise": normalise, "lr": lr, "history": history, "last_checkpoint": str(last),
+            "resumed": resumed}
+    return module.net.cpu().eval(), info
