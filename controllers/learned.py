@@ -10,9 +10,11 @@ position with p(safe) > τ, and at least the one with the highest p(safe), so no
   depends on the features of every other eligible position of the step;
 * ``logreg``: the scikit-learn logistic-regression baseline (``logreg.pt``).
 
-With ``sample=true`` each eligible position is committed with probability p(safe) instead
-(Bernoulli actions, drawn per sample from its seed, step and position): the stochastic policy
-that the reinforcement-learning fine-tune samples; ``info["sampled"]`` holds the draw.
+With ``sample=true`` each eligible position is committed with probability
+σ((logit p(safe) − logit τ) / T) instead (T = ``sample_temperature``; Bernoulli actions drawn per
+sample from its seed, step and position): a stochastic policy centred on the threshold rule (it
+commits a position at p(safe) = τ half the time, and tends to the rule as T → 0), the one the
+reinforcement-learning fine-tune samples; ``info["sampled"]`` holds the draw.
 
 τ = ``threshold``; ``null`` uses the threshold calibrated into the file. A missing or corrupt
 policy file fails when the controller is built, with a message naming the file.
@@ -21,6 +23,10 @@ shared conformance suite can exercise these controllers without a trained file.
 """
 
 from __future__ import annotations
+
+import math
+
+import torch
 
 from framework.core.params import Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
@@ -31,6 +37,13 @@ from framework.learning.features import feature_matrix
 from framework.learning.policy import load_policy, tiny_policy_file
 
 
+def commit_probability(p_safe: torch.Tensor, tau: float, temperature: float = 1.0) -> torch.Tensor:
+    """σ((logit p − logit τ) / T): the sampled policy's commit probability (τ clamped inside (0, 1))."""
+    t = min(max(float(tau), 1e-6), 1 - 1e-6)
+    z = torch.logit(p_safe.clamp(1e-12, 1 - 1e-12))
+    return torch.sigmoid((z - math.log(t / (1 - t))) / temperature)
+
+
 @CONTROLLERS.register("learned", aliases=("learned_mlp",))
 class Learned(Controller):
     """Learned MLP policy: commit eligible positions with p(safe) > τ (at least the most likely)."""
@@ -39,16 +52,19 @@ class Learned(Controller):
     policy_kind = "mlp"
     params = {
         "policy": Param(str, doc="policy file written by 'adec train-controller' (mlp.pt / logreg.pt)"),
-        "threshold": Param(float, low=0.0, high=1.0, nullable=True, tune=(0.5, 0.995),
+        "threshold": Param(float, low=0.0, high=1.0, nullable=True, tune=(0.5, 0.999),
                            doc="τ: commit where p(safe) > τ; null = the file's calibrated threshold"),
-        "sample": Param(bool, doc="commit each eligible position with probability p(safe) (RL rollouts)"),
+        "sample": Param(bool, doc="commit with probability σ((logit p(safe) − logit τ)/T) (RL rollouts)"),
+        "sample_temperature": Param(float, low=1e-3, high=100.0, doc="T of the sampled commits"),
     }
     SALT = 0x1EA7
 
-    def __init__(self, policy: str = "", threshold: float | None = None, sample: bool = False) -> None:
+    def __init__(self, policy: str = "", threshold: float | None = None, sample: bool = False,
+                 sample_temperature: float = 1.0) -> None:
         self.policy = policy
         self.threshold = threshold
         self.sample = sample
+        self.sample_temperature = sample_temperature
 
     @property
     def stochastic(self) -> bool:  # type: ignore[override]
@@ -70,12 +86,12 @@ class Learned(Controller):
         pol = load_policy(self.policy)
         p_safe = pol.prob(feature_matrix(f, state.config.gen_length), f.eligible)
         info = {}
+        tau = pol.threshold if self.threshold is None else self.threshold
         if self.sample:
             u = uniform_at(state.seeds, f.step, self.SALT, f.position)
-            chosen = f.eligible & (u < p_safe)
+            chosen = f.eligible & (u < commit_probability(p_safe, tau, self.sample_temperature))
             info["sampled"] = chosen
         else:
-            tau = pol.threshold if self.threshold is None else self.threshold
             chosen = f.eligible & (p_safe > tau)
         commit = chosen | (select_topk(p_safe, f.eligible, 1) & ~chosen.any(1, keepdim=True))
         return Decision(commit=commit, info={"committed": commit.sum(1), **info})

@@ -12,7 +12,9 @@ decoding (the task's row of kind ``reference``) less ``tolerance`` (0.01, one po
 * **oracle room**: the oracle's tokens per forward (at its matched point; it reproduces the
   reference) over the best baseline's, target ≥ 2× (room for better controllers);
 * per controller kind (heuristic, tuned, learned) present: its best curve over the best baseline,
-  target > 1× (the controller beats every published sampler at matched accuracy).
+  target > 1× (the controller beats every published sampler at matched accuracy);
+* with a learned curve (issue 13): the best learned curve over the best non-learned one (baseline,
+  heuristic or tuned), target ≥ 1.3×, and over the oracle, target ≥ 0.85×.
 
 Only a higher-is-better quality that is a fraction in [0, 1] is matched; any other task (perplexity,
 a task without a reference) gets a note instead of a table.
@@ -29,6 +31,11 @@ TOLERANCE = 0.01
 SPREAD_TARGET = 2.0
 ROOM_TARGET = 2.0
 CONTROLLER_KINDS = ("heuristic", "tuned", "learned")
+#: issue 13: the best learned curve over the best non-learned one (baseline, heuristic or tuned), and
+#: its share of the oracle's tokens per forward, both at matched accuracy
+NON_LEARNED = ("baseline", "heuristic", "tuned")
+LEARNED_TARGET = 1.3
+LEARNED_ORACLE_SHARE = 0.85
 NONE_WITHIN = "no point within 1 point"
 _EPS = 1e-9  # "no more than 1 point below" includes exactly 1 point below, whatever the float rounding
 
@@ -97,6 +104,12 @@ def matched_points(rows: Sequence[dict], aups: Optional[dict] = None, tolerance:
         "controllers": {k: _target(best_of(k), top, 1.0, strict=True)
                         for k in CONTROLLER_KINDS if any(p["kind"] == k for p in points)},
     }
+    if any(p["kind"] == "learned" for p in points):  # issue 13's targets for the learned controllers
+        hand = max((p for p in points if p["kind"] in NON_LEARNED and p["tpf"]), key=lambda p: p["tpf"], default=None)
+        out["targets"]["learned"] = {
+            "over_non_learned": _target(best_of("learned"), hand, LEARNED_TARGET),
+            "of_oracle": _target(best_of("learned"), best_of("oracle"), LEARNED_ORACLE_SHARE),
+        }
     return out
 
 
@@ -141,6 +154,11 @@ def matched_markdown(name: str, matched: dict, quality_metric: str = "accuracy")
     for kind, ct in t["controllers"].items():
         md.append(_ratio_line(f"best {kind} / best baseline", ct, "> 1×",
                               f"needs a {kind} curve and a baseline within 1 point"))
+    if "learned" in t:
+        md += [_ratio_line("best learned / best non-learned (baseline, heuristic, tuned)", t["learned"]["over_non_learned"],
+                           f"≥ {LEARNED_TARGET:g}×", "needs a learned and a non-learned curve within 1 point"),
+               _ratio_line("best learned / oracle", t["learned"]["of_oracle"], f"≥ {LEARNED_ORACLE_SHARE:g}×",
+                           "needs a learned curve within 1 point and the oracle")]
     return md + [""]
 
 

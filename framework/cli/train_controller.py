@@ -18,7 +18,7 @@ the --policy kinds on them (imitation):
 --method dagger then runs --rounds rounds: decode with the current policy, label the states it
 visits with the reference decode continued from each state, aggregate and retrain.
 --method rl fine-tunes the imitation policy with REINFORCE and a group baseline: Bernoulli commit
-actions, reward correct - lambda*NFE/G (or correct*exp(-lambda*NFE/G)), --rl-group rollouts per
+actions centred on the threshold rule (probability sigmoid((logit p - logit tau)/T)), reward correct - lambda*NFE/G (or correct*exp(-lambda*NFE/G)), --rl-group rollouts per
 prompt; checkpointed every iteration and resumed from rl/checkpoints/last.ckpt when re-run.
 
 Each policy's threshold is calibrated on the validation split (fewest NFE within --max-drop of
@@ -59,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rl-reward", default="additive", choices=("additive", "multiplicative"),
                    help="RL: correct − λ·NFE/G (additive, default) or correct·exp(−λ·NFE/G)")
     p.add_argument("--rl-lr", type=float, default=1e-3, help="RL: Adam learning rate (default: 1e-3)")
+    p.add_argument("--rl-threshold", type=float, default=0.99,
+                   help="RL: τ of the sampled policy, which commits with probability σ((logit p − logit τ)/T) "
+                        "(default: 0.99)")
+    p.add_argument("--rl-temperature", type=float, default=1.0, help="RL: T of the sampled policy (default: 1)")
     p.add_argument("--no-resume", action="store_true", help="RL: start afresh even if a checkpoint exists")
     p.add_argument("--n-train", type=int, default=256, help="train-split prompts to roll out (default: 256)")
     p.add_argument("--n-val", type=int, default=64, help="validation prompts (default: 64)")
@@ -113,6 +117,9 @@ def run(args: argparse.Namespace) -> int:
                                 or not args.rl_lambda >= 0):
         raise CLIError(f"--rl-iterations={args.rl_iterations} and --rl-prompts={args.rl_prompts} must be ≥ 1, "
                        f"--rl-group={args.rl_group} ≥ 2 (the group baseline), --rl-lambda={args.rl_lambda} ≥ 0")
+    if args.method == "rl" and not (0.0 < args.rl_threshold < 1.0 and args.rl_temperature > 0):
+        raise CLIError(f"--rl-threshold={args.rl_threshold} must be strictly between 0 and 1 and "
+                       f"--rl-temperature={args.rl_temperature} > 0")
     if not 0.0 <= args.dagger_threshold <= 1.0:
         raise CLIError(f"--dagger-threshold={args.dagger_threshold}; allowed: 0 to 1")
     train_policy(
@@ -120,7 +127,8 @@ def run(args: argparse.Namespace) -> int:
         method=args.method, policies=policies, rounds=args.rounds, states_per_rollout=args.states_per_rollout,
         dagger_threshold=args.dagger_threshold, window_arch={"d_model": d, "layers": layers, "heads": heads},
         rl={"iterations": args.rl_iterations, "prompts": args.rl_prompts, "group": args.rl_group,
-            "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr, "resume": not args.no_resume},
+            "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr, "resume": not args.no_resume,
+            "threshold": args.rl_threshold, "temperature": args.rl_temperature},
         n_train=args.n_train, n_val=args.n_val,
         n_test=args.n_test, hidden=hidden, max_epochs=args.max_epochs, patience=args.patience, lr=args.lr,
         batch_size=args.batch_size, seed=args.seed, wandb_mode=args.wandb, calibrate=not args.no_calibrate,

@@ -1,9 +1,11 @@
 """Reinforcement-learning fine-tune of a commit policy: REINFORCE with a group baseline (GRPO-style).
 
 **Actions.** At every step the policy commits each eligible position i with probability
-p_i = σ(g(·)_i) (Bernoulli actions a_i, ``learned`` with ``sample=true``); when it draws none,
-the loop commits the most likely one, a deterministic function of the draw, so
-log π(a | s) = Σ_i [a_i log p_i + (1 − a_i) log(1 − p_i)] over the eligible positions is exact.
+q_i = σ((g(·)_i − logit τ) / T), a Bernoulli policy centred on the threshold rule "p(safe) > τ"
+that decoding uses (``learned`` with ``sample=true``; sampling p(safe) itself would commit far
+more than the deployed rule and learn from states it never meets); when it draws none, the loop
+commits the most likely one, a deterministic function of the draw, so
+log π(a | s) = Σ_i [a_i log q_i + (1 − a_i) log(1 − q_i)] over the eligible positions is exact.
 
 **Reward** of a whole decode, correctness first and forward passes second (c ∈ {0, 1} the task's
 score, NFE its forward passes, G the generation length, λ ≥ 0):
@@ -66,9 +68,12 @@ def bernoulli_log_prob(logits: torch.Tensor, actions: torch.Tensor, valid: torch
 
 
 def reinforce_loss(net: nn.Module, x: torch.Tensor, valid: torch.Tensor, actions: torch.Tensor,
-                   advantages: torch.Tensor) -> torch.Tensor:
-    """−mean_n A_n · log π(a_n | s_n) over windows n (each carries its rollout's advantage)."""
-    return -(advantages.to(x.dtype) * bernoulli_log_prob(net(x, valid), actions, valid)).mean()
+                   advantages: torch.Tensor, threshold: float = 0.5, temperature: float = 1.0) -> torch.Tensor:
+    """−mean_n A_n · log π(a_n | s_n) over windows n (each carries its rollout's advantage), with the
+    action logits (g − logit τ) / T of the threshold-centred Bernoulli policy."""
+    t = min(max(float(threshold), 1e-6), 1 - 1e-6)
+    logits = (net(x, valid) - math.log(t / (1 - t))) / temperature
+    return -(advantages.to(x.dtype) * bernoulli_log_prob(logits, actions, valid)).mean()
 
 
 class ActionRecorder:

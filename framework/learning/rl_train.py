@@ -33,7 +33,8 @@ def _rl_module_class() -> type:
     class RLPolicyModule(pl.LightningModule):
         """The policy under REINFORCE: loss = −mean A·log π(a | s); logs the rollouts' figures."""
 
-        def __init__(self, kind: str = "mlp", arch: Optional[dict] = None, lr: float = 1e-3) -> None:
+        def __init__(self, kind: str = "mlp", arch: Optional[dict] = None, lr: float = 1e-3,
+                     threshold: float = 0.99, temperature: float = 1.0) -> None:
             super().__init__()
             self.save_hyperparameters()
             self.net = build_net(kind, arch)
@@ -53,7 +54,7 @@ def _rl_module_class() -> type:
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             x, valid, actions, adv = batch
-            loss = reinforce_loss(self.net, x, valid, actions, adv)
+            loss = reinforce_loss(self.net, x, valid, actions, adv, self.hparams.threshold, self.hparams.temperature)
             self.log("pg_loss", loss, on_step=False, on_epoch=True, batch_size=len(x))
             return loss
 
@@ -72,6 +73,7 @@ def _rl_module_class() -> type:
 def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config: DecodeConfig, *,
                 out_dir: "str | os.PathLike", iterations: int = 20, prompts: int = 16, group: int = 4,
                 lam: float = 0.5, reward_form: str = "additive", normalise: bool = True, lr: float = 1e-3,
+                threshold: float = 0.99, temperature: float = 1.0,
                 minibatch: int = 4096, seed: int = 0, data_seed: int = 0, wandb_mode: str = "offline",
                 resume: bool = True, verbose: bool = True, decode_batch_size: int = 64) -> tuple[Any, dict]:
     """Fine-tune the policy in ``init_policy`` with REINFORCE; returns the network and run info."""
@@ -95,7 +97,10 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
     out.mkdir(parents=True, exist_ok=True)
     current = out / "current.pt"
     pl.seed_everything(seed, workers=True, verbose=False)
-    module = _rl_module_class()(kind=kind, arch=start.net.arch(), lr=lr)
+    if not (0.0 < threshold < 1.0 and temperature > 0):
+        raise ValueError(f"rl threshold={threshold} (allowed: strictly between 0 and 1) or temperature="
+                         f"{temperature} (allowed: > 0)")
+    module = _rl_module_class()(kind=kind, arch=start.net.arch(), lr=lr, threshold=threshold, temperature=temperature)
     module.net.load_state_dict(copy.deepcopy(start.net).float().state_dict())
     tok, G = loaded.tokenizer, config.gen_length
     history: list[dict[str, float]] = []
@@ -120,7 +125,8 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
             chunk = jobs[s:s + decode_batch_size]
             rec = ActionRecorder(build_controller("learned_window" if kind == "transformer" else
                                                   "learned" if kind == "mlp" else "logreg",
-                                                  policy=str(current), sample=True), G)
+                                                  policy=str(current), sample=True,
+                                                  threshold=threshold, sample_temperature=temperature), G)
             res = decode(loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, config,
                          seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], seed))
             parts.append(rec.dataset())
@@ -169,6 +175,7 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
     for lg in loggers[1:]:
         lg.experiment.finish()
     info = {"iterations": iterations, "prompts": prompts, "group": group, "lambda": lam, "reward": reward_form,
+            "threshold": threshold, "temperature": temperature,
             "normalise": normalise, "lr": lr, "history": history, "last_checkpoint": str(last),
             "resumed": resumed}
     return module.net.cpu().eval(), info

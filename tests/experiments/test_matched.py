@@ -169,3 +169,21 @@ def test_report_renders_the_matched_tables_and_the_headline_count(tmp_path):
     assert tasks["text"]["matched"]["points"] == [] and "lower-is-better" in tasks["text"]["matched"]["note"]
     assert data["matched"] == {"tasks": 3, "with_table": 2, "baseline_spread_met": 1, "oracle_room_met": 1,
                                "both_met": 1, "both_met_on": ["sudoku"]}
+
+
+def test_issue_13_learned_targets_on_the_hand_made_sudoku(tmp_path):
+    """Best learned (ρ 3.2) over the best non-learned, which is the heuristic margin (ρ 5, above every
+    baseline): 0.64×, missed; over the oracle (ρ 8): 0.40×, missed. A learned curve at ρ 6.8 meets both."""
+    m = matched_points(task_rows(SUDOKU, tmp_path))
+    t = m["targets"]["learned"]
+    assert t["over_non_learned"]["value"] == pytest.approx(3.2 / 5) and not t["over_non_learned"]["met"]
+    assert t["over_non_learned"]["over"] == "margin"
+    assert t["of_oracle"]["value"] == pytest.approx(3.2 / 8) and not t["of_oracle"]["met"]
+    fast = SUDOKU + [row("sudoku", "window_policy", "learned", 0.90, 8 / 6.8)]
+    t = matched_points(task_rows(fast, tmp_path / "fast"))["targets"]["learned"]
+    assert t["over_non_learned"]["value"] == pytest.approx(6.8 / 5) and t["over_non_learned"]["met"]
+    assert t["of_oracle"]["value"] == pytest.approx(0.85) and t["of_oracle"]["met"]
+    md = "\n".join(matched_markdown("sudoku", matched_points(task_rows(fast, tmp_path / "md"))))
+    assert "best learned / best non-learned (baseline, heuristic, tuned): window_policy (6.80) / margin (5.00) = 1.36× (target ≥ 1.3×) ✓" in md
+    # no learned curve, no learned targets
+    assert "learned" not in matched_points(task_rows(ADDITION, tmp_path / "a"))["targets"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 import pytest
 import torch
@@ -256,3 +257,21 @@ def test_rl_fine_tune_logs_checkpoints_and_resumes(tmp_path, monkeypatch):
           "--rl-group", "2", "--no-calibrate"], monkeypatch)
     rl = json.loads((out / "summary.json").read_text())["training"]["mlp"]["rl"]
     assert [h["epoch"] for h in rl["history"]] == [2] and rl["resumed"]
+
+
+def test_sampled_commits_centre_on_the_threshold_rule():
+    from controllers.learned import commit_probability
+
+    p = torch.tensor([0.9, 0.99, 0.999])
+    q = commit_probability(p, 0.99)
+    assert q[1].item() == pytest.approx(0.5) and q[0] < 0.1 and q[2] > 0.9
+    cold = commit_probability(p, 0.99, temperature=0.01)
+    assert cold[0] < 1e-6 and cold[2] > 1 - 1e-6  # T → 0: the threshold rule
+    # the RL loss uses the same logits: at a = 1 and p = τ, log π = log 0.5
+    net = PolicyNet(F, ())
+    with torch.no_grad():
+        net.net[0].weight.zero_()
+        net.net[0].bias.fill_(float(torch.logit(torch.tensor(0.99))))
+    loss = reinforce_loss(net, torch.zeros(1, 1, F), torch.ones(1, 1, dtype=torch.bool), torch.ones(1, 1),
+                          torch.ones(1), threshold=0.99)
+    assert loss.item() == pytest.approx(-math.log(0.5), abs=1e-5)
