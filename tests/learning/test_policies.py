@@ -275,3 +275,18 @@ def test_sampled_commits_centre_on_the_threshold_rule():
     loss = reinforce_loss(net, torch.zeros(1, 1, F), torch.ones(1, 1, dtype=torch.bool), torch.ones(1, 1),
                           torch.ones(1), threshold=0.99)
     assert loss.item() == pytest.approx(-math.log(0.5), abs=1e-5)
+
+
+def test_the_window_policy_is_tuned_by_name(tmp_path, monkeypatch):
+    """``adec tune`` tunes a learned controller's threshold like any other controller's."""
+    from framework.testing.carry import carry_model
+    from framework.tuning.study import tune_controller
+
+    out = tmp_path / "p"
+    _cli(["--out", str(out), "--policy", "transformer", "--window-arch", "8,1,2", "--no-calibrate", "--n-test", "0"],
+         monkeypatch)
+    res = tune_controller("learned_window", "addition", loaded=carry_model(), task_params={"digits": 2}, n_trials=3,
+                          n_val=16, n_test=16, batch_size=16, out_dir=tmp_path / "tune", study_name="w", plot=False,
+                          verbose=False, fixed={"policy": str(out / "transformer.pt")}, storage="memory")
+    assert res.ran == 3 and 0.5 <= res.params["threshold"] <= 0.999
+    assert res.test["accuracy"] >= res.reference_test["accuracy"] - 0.01
