@@ -45,6 +45,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="imitation (default), dagger (on-policy rounds) or rl (REINFORCE fine-tune)")
     p.add_argument("--policy", default="mlp,logreg",
                    help="policy kinds to train, comma separated: mlp, logreg, transformer (default: mlp,logreg)")
+    p.add_argument("--residual", action="store_true",
+                   help="mlp/transformer learn a correction of the confidence rule: logit p(safe) = "
+                        "logit(confidence) + g(features), g zero at the start (Fast-dLLM's threshold rule)")
+    p.add_argument("--neg-weight", type=float, default=1.0,
+                   help="weight of unsafe rows in the loss: a wrong commit can cost the answer (default: 1)")
     p.add_argument("--rounds", type=int, default=2, help="DAgger rounds (default: 2)")
     p.add_argument("--states-per-rollout", type=int, default=4,
                    help="DAgger: visited steps labelled per prompt, each costs one reference decode (default: 4)")
@@ -120,11 +125,13 @@ def run(args: argparse.Namespace) -> int:
     if args.method == "rl" and not (0.0 < args.rl_threshold < 1.0 and args.rl_temperature > 0):
         raise CLIError(f"--rl-threshold={args.rl_threshold} must be strictly between 0 and 1 and "
                        f"--rl-temperature={args.rl_temperature} > 0")
+    if not args.neg_weight > 0:
+        raise CLIError(f"--neg-weight={args.neg_weight}; allowed: a number > 0")
     if not 0.0 <= args.dagger_threshold <= 1.0:
         raise CLIError(f"--dagger-threshold={args.dagger_threshold}; allowed: 0 to 1")
     train_policy(
         args.task, model=args.model, task_params=parse_assignments(args.task_params), out_dir=args.out,
-        method=args.method, policies=policies, rounds=args.rounds, states_per_rollout=args.states_per_rollout,
+        method=args.method, policies=policies, residual=args.residual, neg_weight=args.neg_weight, rounds=args.rounds, states_per_rollout=args.states_per_rollout,
         dagger_threshold=args.dagger_threshold, window_arch={"d_model": d, "layers": layers, "heads": heads},
         rl={"iterations": args.rl_iterations, "prompts": args.rl_prompts, "group": args.rl_group,
             "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr, "resume": not args.no_resume,

@@ -5,6 +5,11 @@ eligible positions) to logits ``[N, W]`` of p(safe | ·) = σ(logit). The per-po
 ignore ``valid`` (a position sees only its own φ); the window transformer lets every eligible
 position attend to every other one, so a decision can depend on whether a coupled position is
 uncertain too. Inputs are standardised with the training mean μ and scale s of φ.
+
+``residual=True`` makes either network a learned correction of the confidence rule:
+logit p(safe) = logit(confidence) + g(·), with g's last layer zero at the start, so an untrained
+residual policy at threshold τ is exactly Fast-dLLM's "commit where confidence > τ (else the most
+confident)", and training (imitation, DAgger, RL) moves it only where the data says so.
 """
 
 from __future__ import annotations
@@ -18,11 +23,27 @@ from torch import nn
 from framework.learning.features import FEATURE_NAMES
 
 
+CONFIDENCE = FEATURE_NAMES.index("confidence")
+
+
 class _Standardise(nn.Module):
-    def __init__(self, n_features: int) -> None:
+    def __init__(self, n_features: int, residual: bool = False) -> None:
         super().__init__()
+        self.residual = bool(residual)
         self.register_buffer("mean", torch.zeros(n_features))
         self.register_buffer("scale", torch.ones(n_features))
+
+    def _zero_last(self, layer: nn.Linear) -> None:
+        if self.residual:
+            nn.init.zeros_(layer.weight)
+            nn.init.zeros_(layer.bias)
+
+    def anchor(self, x: torch.Tensor) -> torch.Tensor | float:
+        """logit(confidence) for a residual network, else 0."""
+        if not self.residual:
+            return 0.0
+        c = x[..., CONFIDENCE].to(self.mean.dtype).clamp(1e-6, 1 - 1e-6)
+        return torch.log(c) - torch.log1p(-c)
 
     def set_normalisation(self, X: torch.Tensor) -> None:
         """μ and s from training rows ``X`` ``[N, F]`` (or windows ``[N, W, F]`` with ``valid``)."""
@@ -39,8 +60,9 @@ class PolicyNet(_Standardise):
 
     kind_of_input = "position"
 
-    def __init__(self, n_features: int = len(FEATURE_NAMES), hidden: Sequence[int] = (32, 32)) -> None:
-        super().__init__(n_features)
+    def __init__(self, n_features: int = len(FEATURE_NAMES), hidden: Sequence[int] = (32, 32),
+                 residual: bool = False) -> None:
+        super().__init__(n_features, residual)
         self.hidden = tuple(int(h) for h in hidden)
         layers: list[nn.Module] = []
         d = n_features
@@ -48,13 +70,14 @@ class PolicyNet(_Standardise):
             layers += [nn.Linear(d, h), nn.ReLU()]
             d = h
         layers.append(nn.Linear(d, 1))
+        self._zero_last(layers[-1])
         self.net = nn.Sequential(*layers)
 
     def arch(self) -> dict:
-        return {"hidden": list(self.hidden)}
+        return {"hidden": list(self.hidden), **({"residual": True} if self.residual else {})}
 
     def forward(self, x: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-        return self.net(self.standardise(x)).squeeze(-1)
+        return self.net(self.standardise(x)).squeeze(-1) + self.anchor(x)
 
 
 class _Block(nn.Module):
@@ -86,17 +109,19 @@ class WindowPolicyNet(_Standardise):
     kind_of_input = "window"
 
     def __init__(self, n_features: int = len(FEATURE_NAMES), d_model: int = 32, layers: int = 2,
-                 heads: int = 4) -> None:
-        super().__init__(n_features)
+                 heads: int = 4, residual: bool = False) -> None:
+        super().__init__(n_features, residual)
         if d_model % heads:
             raise ValueError(f"d_model={d_model} must be a multiple of heads={heads}")
         self.d_model, self.n_layers, self.heads = int(d_model), int(layers), int(heads)
         self.embed = nn.Linear(n_features, d_model)
         self.blocks = nn.ModuleList(_Block(d_model, heads) for _ in range(layers))
         self.head = nn.Sequential(nn.LayerNorm(d_model), nn.Linear(d_model, 1))
+        self._zero_last(self.head[1])
 
     def arch(self) -> dict:
-        return {"d_model": self.d_model, "layers": self.n_layers, "heads": self.heads}
+        return {"d_model": self.d_model, "layers": self.n_layers, "heads": self.heads,
+                **({"residual": True} if self.residual else {})}
 
     def forward(self, x: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
         squeeze = x.dim() == 2  # a single window [W, F]
@@ -110,7 +135,7 @@ class WindowPolicyNet(_Standardise):
         h = self.embed(self.standardise(x))
         for block in self.blocks:
             h = block(h, allowed)
-        out = self.head(h).squeeze(-1)
+        out = self.head(h).squeeze(-1) + self.anchor(x)
         return out[0] if squeeze else out
 
 
@@ -125,5 +150,5 @@ def build_net(kind: str, arch: Optional[dict] = None, n_features: int = len(FEAT
     if kind == "logreg":
         return PolicyNet(n_features, ())
     if kind == "mlp":
-        return PolicyNet(n_features, arch.get("hidden", (32, 32)))
+        return PolicyNet(n_features, arch.get("hidden", (32, 32)), bool(arch.get("residual", False)))
     raise ValueError(f"policy kind {kind!r}; allowed: {', '.join(KINDS)}")

@@ -88,17 +88,20 @@ def _fit(kind: str, train: RolloutDataset, val: RolloutDataset, out: Path, opts:
     if kind == "logreg":
         return train_logreg(train, C=opts["C"], seed=opts["seed"]), {"epochs": None}
     arch = {"hidden": list(opts["hidden"])} if kind == "mlp" else dict(opts["window_arch"])
+    if opts["residual"]:
+        arch["residual"] = True
     return train_net(kind, train, val, out_dir=out, arch=arch, lr=opts["lr"], max_epochs=opts["max_epochs"],
                      patience=opts["patience"], batch_size=opts["batch_size"] if kind == "mlp" else opts["window_batch"],
                      seed=opts["seed"], wandb_mode=opts["wandb_mode"], accelerator=opts["accelerator"],
-                     progress=opts["progress"], run_config=opts["meta"], fast_dev_run=opts["fast_dev_run"], init=init)
+                     progress=opts["progress"], run_config=opts["meta"], fast_dev_run=opts["fast_dev_run"], init=init,
+                     neg_weight=opts["neg_weight"])
 
 
 def train_policy(
     task: str, *, model: Optional[str] = None, loaded: Any = None, task_params: Optional[dict] = None,
     out_dir: "str | os.PathLike | None" = None, method: str = "imitation", policies: Sequence[str] = ("mlp", "logreg"),
     n_train: int = 256, n_val: int = 64, n_test: int = 200, hidden: Sequence[int] = (32, 32),
-    window_arch: Optional[dict] = None, max_epochs: int = 40, patience: int = 5, batch_size: int = 256,
+    window_arch: Optional[dict] = None, residual: bool = False, neg_weight: float = 1.0, max_epochs: int = 40, patience: int = 5, batch_size: int = 256,
     window_batch: int = 64, lr: float = 3e-3, C: float = 1.0, seed: int = 0, wandb_mode: str = "offline",
     calibrate: bool = True, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, max_drop: float = 0.01,
     rollout: Optional[str] = None, rounds: int = 2, states_per_rollout: int = 4, dagger_threshold: float = 0.9,
@@ -138,11 +141,13 @@ def train_policy(
     say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
         f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
     meta = {"task": task_obj.name, "task_params": task_obj.get_params(), "model": label, "method": method,
+            "residual": residual, "neg_weight": neg_weight,
             "decode": config.get_params(), "dataset": dataset, "seed": seed}
     opts = {"C": C, "seed": seed, "hidden": hidden, "window_arch": window_arch or {"d_model": 32, "layers": 2, "heads": 4},
             "lr": lr, "max_epochs": max_epochs, "patience": patience, "batch_size": batch_size,
             "window_batch": window_batch, "wandb_mode": wandb_mode, "accelerator": accelerator,
-            "progress": verbose and sys.stderr.isatty(), "meta": meta, "fast_dev_run": fast_dev_run}
+            "progress": verbose and sys.stderr.isatty(), "meta": meta, "fast_dev_run": fast_dev_run,
+            "residual": residual, "neg_weight": neg_weight}
     paths = {kind: out / f"{kind}.pt" for kind in policies}
     nets, training, rounds_log = {}, {}, []
     for kind in policies:

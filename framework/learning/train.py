@@ -95,15 +95,19 @@ def _lightning():
 
 
 def make_policy_module(kind: str = "mlp", arch: Optional[dict] = None, lr: float = 3e-3,
-                       weight_decay: float = 1e-4) -> Any:
+                       weight_decay: float = 1e-4, neg_weight: float = 1.0) -> Any:
     """A :class:`PolicyModule` (built lazily so that importing this file does not load Lightning)."""
-    return _policy_module_class()(kind=kind, arch=dict(arch or {}), lr=lr, weight_decay=weight_decay)
+    return _policy_module_class()(kind=kind, arch=dict(arch or {}), lr=lr, weight_decay=weight_decay,
+                                  neg_weight=neg_weight)
 
 
-def masked_bce(logits: torch.Tensor, y: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Binary cross-entropy averaged over the valid (eligible) slots of the windows."""
-    loss = nn.functional.binary_cross_entropy_with_logits(logits, y.to(logits.dtype), reduction="none")
-    return (loss * valid).sum() / valid.sum().clamp(min=1)
+def masked_bce(logits: torch.Tensor, y: torch.Tensor, valid: torch.Tensor, neg_weight: float = 1.0) -> torch.Tensor:
+    """Binary cross-entropy over the valid (eligible) slots of the windows, unsafe rows (y = 0)
+    weighted ``neg_weight``: a wrong commit can cost the whole answer, a held position one forward."""
+    y = y.to(logits.dtype)
+    loss = nn.functional.binary_cross_entropy_with_logits(logits, y, reduction="none")
+    w = valid * torch.where(y > 0.5, 1.0, float(neg_weight))
+    return (loss * w).sum() / w.sum().clamp(min=1e-12)
 
 
 @lru_cache(maxsize=1)
@@ -115,7 +119,7 @@ def _policy_module_class() -> type:
         AdamW; logs ``train_loss``, ``val_loss`` and ``val_auc`` (scikit-learn's ROC-AUC)."""
 
         def __init__(self, kind: str = "mlp", arch: Optional[dict] = None, lr: float = 3e-3,
-                     weight_decay: float = 1e-4) -> None:
+                     weight_decay: float = 1e-4, neg_weight: float = 1.0) -> None:
             super().__init__()
             self.save_hyperparameters()
             self.net = build_net(kind, arch)
@@ -126,14 +130,14 @@ def _policy_module_class() -> type:
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             x, valid, y = batch
-            loss = masked_bce(self.net(x, valid), y, valid)
+            loss = masked_bce(self.net(x, valid), y, valid, self.hparams.neg_weight)
             self.log("train_loss", loss, on_step=False, on_epoch=True, batch_size=int(valid.sum()))
             return loss
 
         def validation_step(self, batch: Any, batch_idx: int) -> None:
             x, valid, y = batch
             logits = self.net(x, valid)
-            loss = masked_bce(logits, y, valid)
+            loss = masked_bce(logits, y, valid, self.hparams.neg_weight)
             self.log("val_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=int(valid.sum()))
             self._val.append((torch.sigmoid(logits[valid]).detach().cpu(), y[valid].detach().cpu()))
 
@@ -206,7 +210,7 @@ def train_net(kind: str, train: RolloutDataset, val: RolloutDataset, *, out_dir:
               max_epochs: int = 40, patience: int = 5, batch_size: int = 256, seed: int = 0,
               wandb_mode: str = "offline", accelerator: str = "cpu", devices: Any = 1,
               progress: bool = False, run_config: Optional[dict] = None, fast_dev_run: bool = False,
-              init: Optional[nn.Module] = None) -> tuple[nn.Module, dict[str, Any]]:
+              init: Optional[nn.Module] = None, neg_weight: float = 1.0) -> tuple[nn.Module, dict[str, Any]]:
     """Train an ``mlp`` or ``transformer`` policy with Lightning (from ``init``'s weights if given,
     e.g. the previous DAgger round's); returns the best-validation-loss network and run info."""
     pl = _lightning()
@@ -217,7 +221,7 @@ def train_net(kind: str, train: RolloutDataset, val: RolloutDataset, *, out_dir:
         raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
     out = Path(out_dir)
     pl.seed_everything(seed, workers=True, verbose=False)
-    module = make_policy_module(kind, arch, lr, weight_decay)
+    module = make_policy_module(kind, arch, lr, weight_decay, neg_weight)
     if init is not None:
         module.net.load_state_dict(init.state_dict())
     else:

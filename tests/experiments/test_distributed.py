@@ -26,6 +26,11 @@ def test_shards_cover_every_item_once():
 
 
 def llada_like(tmp_path: Path) -> Path:
+    import sys
+
+    models_tests = str(Path(__file__).resolve().parents[1] / "models")
+    if models_tests not in sys.path:  # also when this file runs without tests/models collected
+        sys.path.insert(0, models_tests)
     from test_hub import (  # the hub tests' designed remote-code checkpoint
         VOCAB,
         llada_folder,

@@ -290,3 +290,32 @@ def test_the_window_policy_is_tuned_by_name(tmp_path, monkeypatch):
                           verbose=False, fixed={"policy": str(out / "transformer.pt")}, storage="memory")
     assert res.ran == 3 and 0.5 <= res.params["threshold"] <= 0.999
     assert res.test["accuracy"] >= res.reference_test["accuracy"] - 0.01
+
+
+@pytest.mark.parametrize("kind", ["mlp", "transformer"])
+def test_an_untrained_residual_policy_is_the_confidence_rule(kind, tmp_path):
+    """logit p(safe) = logit(confidence) + g, g zero at the start: learned at τ decodes exactly as
+    fast_dllm at τ (commit where confidence > τ, else the most confident)."""
+    from framework.learning.nets import build_net
+
+    net = build_net(kind, {"residual": True, **({"d_model": 8, "layers": 1, "heads": 2} if kind == "transformer" else {})})
+    path = save_policy(net, tmp_path / f"{kind}.pt", kind=kind, threshold=0.9)
+    assert load_policy(path).net.residual
+    name = "learned_window" if kind == "transformer" else "learned"
+    model, cfg = CouplingDenoiser(), DecodeConfig(gen_length=4)
+    for tau in (0.5, 0.9, 0.999):
+        a = decode(model, [[5], [5]], build_controller(name, policy=str(path), threshold=tau), cfg, trace=True)
+        b = decode(model, [[5], [5]], build_controller("fast_dllm", threshold=tau), cfg, trace=True)
+        assert torch.equal(a.generated, b.generated) and torch.equal(a.nfe, b.nfe)
+        assert all(torch.equal(x["commit"], y["commit"]) for x, y in zip(a.trace, b.trace))
+
+
+def test_negative_weight_scales_the_unsafe_rows():
+    from framework.learning.train import masked_bce
+
+    z, y, v = torch.zeros(1, 2), torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, dtype=torch.bool)
+    assert masked_bce(z, y, v).item() == pytest.approx(math.log(2))
+    z2 = torch.tensor([[0.0, 1.0]])
+    l1, l2 = masked_bce(z2, y, v, 1.0).item(), masked_bce(z2, y, v, 3.0).item()
+    want = (math.log(2) + 3 * math.log(1 + math.e)) / 4
+    assert l2 == pytest.approx(want) and l2 > l1
