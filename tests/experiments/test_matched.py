@@ -187,3 +187,18 @@ def test_issue_13_learned_targets_on_the_hand_made_sudoku(tmp_path):
     assert "best learned / best non-learned (baseline, heuristic, tuned): window_policy (6.80) / margin (5.00) = 1.36× (target ≥ 1.3×) ✓" in md
     # no learned curve, no learned targets
     assert "learned" not in matched_points(task_rows(ADDITION, tmp_path / "a"))["targets"]
+
+
+def test_learned_table_puts_the_best_learned_beside_the_best_non_learned_and_the_oracle(tmp_path):
+    from experiments.learned_table import table
+
+    rows = SUDOKU + [row("sudoku", "window_policy", "learned", 0.90, 8 / 6.8)]
+    bench = {"tasks": {"sudoku": {"matched": matched_points(task_rows(rows, tmp_path),
+                                                            aups={"window_policy": 500.0, "margin": 400.0,
+                                                                  "oracle": 900.0}),
+                                  "aup": {"window_policy": 500.0, "margin": 400.0, "oracle": 900.0}}}}
+    text = table(bench)
+    assert "highest AUP: window_policy 500.0" in text  # the oracle is a bound, not a contender
+    assert "| best learned | window_policy | window_policy | 0.900 | 1.18 | 6.80 | 500.0 |" in text
+    assert "| best non-learned | margin | margin (k=4) | 0.895 | 1.60 | 5.00 | 400.0 |" in text
+    assert "learned / non-learned (≥ 1.3×): 1.36× ✓" in text
