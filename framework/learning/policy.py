@@ -75,7 +75,7 @@ def load_policy(path: "str | os.PathLike") -> Policy:
     if not p.is_file():
         raise FileNotFoundError(
             f"policy file {str(path)!r} not found; train one with 'adec train-controller --task TASK' "
-            f"(it writes mlp.pt and logreg.pt under {DEFAULT_OUT}/)")
+            f"(it writes mlp.pt, logreg.pt or transformer.pt under {DEFAULT_OUT}/TASK-MODEL[-dagger|-rl]/)")
     st = p.stat()
     return _load_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
 
