@@ -68,6 +68,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="RL: τ of the sampled policy, which commits with probability σ((logit p − logit τ)/T) "
                         "(default: 0.99)")
     p.add_argument("--rl-temperature", type=float, default=1.0, help="RL: T of the sampled policy (default: 1)")
+    p.add_argument("--rl-no-std", action="store_true",
+                   help="RL: advantage R − group mean, not divided by the group's std (GRPO's division gives "
+                        "tiny NFE differences among all-correct rollouts the weight of a right/wrong difference)")
     p.add_argument("--no-resume", action="store_true", help="RL: start afresh even if a checkpoint exists")
     p.add_argument("--n-train", type=int, default=256, help="train-split prompts to roll out (default: 256)")
     p.add_argument("--n-val", type=int, default=64, help="validation prompts (default: 64)")
@@ -135,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         dagger_threshold=args.dagger_threshold, window_arch={"d_model": d, "layers": layers, "heads": heads},
         rl={"iterations": args.rl_iterations, "prompts": args.rl_prompts, "group": args.rl_group,
             "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr, "resume": not args.no_resume,
-            "threshold": args.rl_threshold, "temperature": args.rl_temperature},
+            "threshold": args.rl_threshold, "temperature": args.rl_temperature, "normalise": not args.rl_no_std},
         n_train=args.n_train, n_val=args.n_val,
         n_test=args.n_test, hidden=hidden, max_epochs=args.max_epochs, patience=args.patience, lr=args.lr,
         batch_size=args.batch_size, seed=args.seed, wandb_mode=args.wandb, calibrate=not args.no_calibrate,
