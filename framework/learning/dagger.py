@@ -26,29 +26,17 @@ from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
 from framework.engine.loop import decode
 from framework.learning.features import FEATURE_NAMES, feature_matrix
-from framework.learning.rollouts import RolloutDataset
+from framework.learning.rollouts import RolloutDataset, StepRecorder
 
 
-class _StateRecorder:
-    """Wraps a controller; records every step's eligible rows and the generation it saw."""
+class _StateRecorder(StepRecorder):
+    """Records every step's eligible rows and the generation the step saw."""
 
-    ROW_KEY = "_state_recorder.row"
-
-    def __init__(self, inner: Any, gen_length: int) -> None:
-        self.inner, self.gen_length = inner, gen_length
-        self.steps: list[tuple[torch.Tensor, ...]] = []
-
-    def reset(self, state: DecodeState) -> None:
-        self.inner.reset(state)
-        state.memory[self.ROW_KEY] = torch.arange(state.batch_size, device=state.seeds.device)
-
-    def decide(self, f: StepFeatures, state: DecodeState) -> Any:
-        rows = state.memory[self.ROW_KEY]
+    def record(self, f: StepFeatures, state: DecodeState, rows: torch.Tensor, decision: Any) -> tuple:
         b, i = f.eligible.nonzero(as_tuple=True)
-        self.steps.append((feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.position[b, i].cpu(),
-                           f.x0[b, i].cpu(), f.step[b].cpu(), rows.cpu().clone(), f.step.cpu().clone(),
-                           state.extras["generation"].cpu().clone()))
-        return self.inner.decide(f, state)
+        return (feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.position[b, i].cpu(),
+                f.x0[b, i].cpu(), f.step[b].cpu(), rows.cpu(), f.step.cpu().clone(),
+                state.extras["generation"].cpu().clone())
 
 
 @torch.no_grad()
@@ -66,7 +54,7 @@ def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: 
     row_seeds = row_seeds.expand(len(prompts)).clone() if row_seeds.numel() == 1 else row_seeds
     # one entry per visited (row, step): its generation snapshot
     visited: dict[tuple[int, int], torch.Tensor] = {}
-    for *_, rows, steps, gen in rec.steps:
+    for *_, rows, steps, gen in rec.records:
         for r, s, g in zip(rows.tolist(), steps.tolist(), gen):
             visited[(r, s)] = g
     gen_ = torch.Generator().manual_seed(int(seed))
@@ -83,7 +71,7 @@ def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: 
                      initial=torch.stack([visited[k] for k in part]))
         finals.update({k: out.generated[j].cpu() for j, k in enumerate(part)})
     parts: list[tuple[torch.Tensor, ...]] = []
-    for X, rows, pos, x0, step, *_ in rec.steps:
+    for X, rows, pos, x0, step, *_ in rec.records:
         keep = torch.tensor([(r, s) in finals for r, s in zip(rows.tolist(), step.tolist())], dtype=torch.bool)
         if not keep.any():
             continue

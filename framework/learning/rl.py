@@ -32,7 +32,7 @@ from torch import nn
 from framework.engine.controller import DecodeState
 from framework.engine.features import StepFeatures
 from framework.learning.features import feature_matrix
-from framework.learning.rollouts import RolloutDataset
+from framework.learning.rollouts import RolloutDataset, StepRecorder
 from framework.learning.windows import to_rows, to_windows
 
 REWARDS = ("additive", "multiplicative")
@@ -76,25 +76,13 @@ def reinforce_loss(net: nn.Module, x: torch.Tensor, valid: torch.Tensor, actions
     return -(advantages.to(x.dtype) * bernoulli_log_prob(logits, actions, valid)).mean()
 
 
-class ActionRecorder:
+class ActionRecorder(StepRecorder):
     """Wraps the sampling controller; records φ and the Bernoulli draw of every eligible position."""
 
-    ROW_KEY = "_action_recorder.row"
-
-    def __init__(self, inner: Any, gen_length: int) -> None:
-        self.inner, self.gen_length = inner, gen_length
-        self.records: list[tuple[torch.Tensor, ...]] = []
-
-    def reset(self, state: DecodeState) -> None:
-        self.inner.reset(state)
-        state.memory[self.ROW_KEY] = torch.arange(state.batch_size, device=state.seeds.device)
-
-    def decide(self, f: StepFeatures, state: DecodeState) -> Any:
-        decision = self.inner.decide(f, state)
+    def record(self, f: StepFeatures, state: DecodeState, rows: torch.Tensor, decision: Any) -> tuple:
         b, i = f.eligible.nonzero(as_tuple=True)
-        self.records.append((feature_matrix(f, self.gen_length)[b, i].cpu(), state.memory[self.ROW_KEY][b].cpu(),
-                             f.step[b].cpu(), f.position[b, i].cpu(), decision.info["sampled"][b, i].float().cpu()))
-        return decision
+        return (feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.step[b].cpu(),
+                f.position[b, i].cpu(), decision.info["sampled"][b, i].float().cpu())
 
     def dataset(self, offset: int = 0) -> RolloutDataset:
         """The recorded rows, ``y`` = the action taken, ``sample`` = rollout index + ``offset``."""

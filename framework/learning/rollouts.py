@@ -49,8 +49,10 @@ class RolloutDataset:
         )
 
 
-class _Recorder:
-    """Wraps a controller and records (φ, x0, where) of every eligible position at every step."""
+class StepRecorder:
+    """Wraps a controller; after each of its decisions, appends ``record(f, state, rows, decision)``
+    to ``records`` (``rows``: each row's index in the decode call, carried in ``state.memory`` so
+    the loop's row subsetting keeps it right). Subclasses choose what a step's record holds."""
 
     ROW_KEY = "_recorder.row"
 
@@ -63,11 +65,22 @@ class _Recorder:
         state.memory[self.ROW_KEY] = torch.arange(state.batch_size, device=state.seeds.device)
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Any:
+        rows = state.memory[self.ROW_KEY].clone()
+        decision = self.inner.decide(f, state)
+        self.records.append(self.record(f, state, rows, decision))
+        return decision
+
+    def record(self, f: StepFeatures, state: DecodeState, rows: torch.Tensor, decision: Any) -> tuple:
+        raise NotImplementedError
+
+
+class _Recorder(StepRecorder):
+    """Records (φ, row, position, x0, step) of every eligible position at every step."""
+
+    def record(self, f: StepFeatures, state: DecodeState, rows: torch.Tensor, decision: Any) -> tuple:
         b, i = f.eligible.nonzero(as_tuple=True)
-        X = feature_matrix(f, self.gen_length)[b, i]
-        self.records.append((X.cpu(), state.memory[self.ROW_KEY][b].cpu(), f.position[b, i].cpu(),
-                             f.x0[b, i].cpu(), f.step[b].cpu()))
-        return self.inner.decide(f, state)
+        return (feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.position[b, i].cpu(),
+                f.x0[b, i].cpu(), f.step[b].cpu())
 
 
 @torch.no_grad()
