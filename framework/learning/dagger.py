@@ -26,7 +26,7 @@ from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
 from framework.engine.loop import decode
 from framework.learning.features import FEATURE_NAMES, feature_matrix
-from framework.learning.rollouts import RolloutDataset, StepRecorder
+from framework.learning.rollouts import RolloutDataset, StepRecorder, over_split
 
 
 class _StateRecorder(StepRecorder):
@@ -90,18 +90,8 @@ def build_on_policy_dataset(loaded: Any, task: Any, split: str, n: int, controll
                             states_per_rollout: int = 4, data_seed: int = 0, seed: int = 0,
                             progress: Any = None) -> RolloutDataset:
     """:func:`collect_on_policy` over ``n`` examples of a task split (seeds as in evaluation)."""
-    from framework.engine.evaluate import item_seeds
-
-    config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)
-    examples = task.examples(split, n, seed=data_seed)
-    tok = loaded.tokenizer
-    parts = []
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
-        parts.append(collect_on_policy(loaded.denoiser, [tok.encode(ex.prompt) for ex in chunk], controller, config,
-                                       seeds=item_seeds([ex.id for ex in chunk], config.seed),
-                                       states_per_rollout=states_per_rollout, seed=seed + start,
-                                       batch_size=batch_size))
-        if progress is not None:
-            progress.update(len(chunk))
-    return RolloutDataset.concat(parts)
+    return over_split(loaded, task, split, n,
+                      lambda prompts, seeds, cfg, start: collect_on_policy(
+                          loaded.denoiser, prompts, controller, cfg, seeds=seeds,
+                          states_per_rollout=states_per_rollout, seed=seed + start, batch_size=batch_size),
+                      config=config, batch_size=batch_size, data_seed=data_seed, progress=progress)

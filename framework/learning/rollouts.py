@@ -108,9 +108,10 @@ def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: Decod
     return RolloutDataset(X=X, y=y, sample=rows, step=step, position=pos)
 
 
-def build_dataset(loaded: Any, task: Any, split: str, n: int, *, config: Optional[DecodeConfig] = None,
-                  batch_size: int = 64, rollout: Any = None, data_seed: int = 0) -> RolloutDataset:
-    """:func:`collect_rollouts` over ``n`` examples of a task split (seeds as in evaluation)."""
+def over_split(loaded: Any, task: Any, split: str, n: int, collect: Any, *, config: Optional[DecodeConfig] = None,
+               batch_size: int = 64, data_seed: int = 0, progress: Any = None) -> RolloutDataset:
+    """``collect(prompts, seeds, config, start)`` over ``n`` examples of a task split in batches
+    (seeds as in evaluation), the parts concatenated; ``progress`` (a tqdm bar) counts prompts."""
     from framework.engine.evaluate import item_seeds
 
     config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)
@@ -119,7 +120,17 @@ def build_dataset(loaded: Any, task: Any, split: str, n: int, *, config: Optiona
     parts = []
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
-        prompts = [tok.encode(ex.prompt) for ex in chunk]
-        parts.append(collect_rollouts(loaded.denoiser, prompts, config,
-                                      seeds=item_seeds([ex.id for ex in chunk], config.seed), rollout=rollout))
+        parts.append(collect([tok.encode(ex.prompt) for ex in chunk],
+                             item_seeds([ex.id for ex in chunk], config.seed), config, start))
+        if progress is not None:
+            progress.update(len(chunk))
     return RolloutDataset.concat(parts)
+
+
+def build_dataset(loaded: Any, task: Any, split: str, n: int, *, config: Optional[DecodeConfig] = None,
+                  batch_size: int = 64, rollout: Any = None, data_seed: int = 0) -> RolloutDataset:
+    """:func:`collect_rollouts` over ``n`` examples of a task split (seeds as in evaluation)."""
+    return over_split(loaded, task, split, n,
+                      lambda prompts, seeds, cfg, start: collect_rollouts(loaded.denoiser, prompts, cfg, seeds=seeds,
+                                                                          rollout=rollout),
+                      config=config, batch_size=batch_size, data_seed=data_seed)
