@@ -24,8 +24,6 @@ shared conformance suite can exercise these controllers without a trained file.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from framework.core.params import Param, ParameterError
@@ -34,14 +32,14 @@ from framework.engine.features import StepFeatures
 from framework.core.rng import uniform_at
 from framework.engine.selection import select_topk
 from framework.learning.features import feature_matrix
+from framework.learning.nets import CONTROLLER_OF
+from framework.learning.rl import centred_logits
 from framework.learning.policy import load_policy, tiny_policy_file
 
 
 def commit_probability(p_safe: torch.Tensor, tau: float, temperature: float = 1.0) -> torch.Tensor:
-    """σ((logit p − logit τ) / T): the sampled policy's commit probability (τ clamped inside (0, 1))."""
-    t = min(max(float(tau), 1e-6), 1 - 1e-6)
-    z = torch.logit(p_safe.clamp(1e-12, 1 - 1e-12))
-    return torch.sigmoid((z - math.log(t / (1 - t))) / temperature)
+    """σ((logit p − logit τ) / T): the sampled policy's commit probability (the RL fine-tune's)."""
+    return torch.sigmoid(centred_logits(torch.logit(p_safe.clamp(1e-12, 1 - 1e-12)), tau, temperature))
 
 
 @CONTROLLERS.register("learned", aliases=("learned_mlp",))
@@ -51,7 +49,7 @@ class Learned(Controller):
     kind = "learned"
     policy_kind = "mlp"
     params = {
-        "policy": Param(str, doc="policy file written by 'adec train-controller' (mlp.pt / logreg.pt)"),
+        "policy": Param(str, doc="policy file written by 'adec train-controller' (mlp.pt / transformer.pt / logreg.pt)"),
         "threshold": Param(float, low=0.0, high=1.0, nullable=True, tune=(0.5, 0.999),
                            doc="τ: commit where p(safe) > τ; null = the file's calibrated threshold"),
         "sample": Param(bool, doc="commit with probability σ((logit p(safe) − logit τ)/T) (RL rollouts)"),
@@ -78,7 +76,7 @@ class Learned(Controller):
                                  f"{self.policy_kind}.pt)")
         pol = load_policy(self.policy)
         if pol.kind != self.policy_kind:
-            other = {"mlp": "learned", "logreg": "logreg", "transformer": "learned_window"}[pol.kind]
+            other = CONTROLLER_OF[pol.kind]
             raise ParameterError(f"{owner}.policy={self.policy!r} holds a {pol.kind} policy, not "
                                  f"{self.policy_kind}; use --controller {other}")
 

@@ -140,6 +140,8 @@ class WindowPolicyNet(_Standardise):
 
 
 KINDS = ("mlp", "logreg", "transformer")
+#: the registered controller that decodes each policy kind
+CONTROLLER_OF = {"mlp": "learned", "logreg": "logreg", "transformer": "learned_window"}
 
 
 def build_net(kind: str, arch: Optional[dict] = None, n_features: int = len(FEATURE_NAMES)) -> nn.Module:

@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence
 from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
 from framework.learning.features import FEATURE_NAMES
-from framework.learning.nets import KINDS
+from framework.learning.nets import CONTROLLER_OF, KINDS
 from framework.learning.policy import DEFAULT_OUT, load_policy, save_policy
 from framework.learning.rollouts import RolloutDataset, build_dataset
 from framework.learning.train import (
@@ -38,8 +38,6 @@ from framework.learning.train import (
 )
 
 METHODS = ("imitation", "dagger", "rl")
-#: the controller that decodes each policy kind
-CONTROLLER_OF = {"mlp": "learned", "logreg": "logreg", "transformer": "learned_window"}
 
 
 @dataclass

@@ -16,7 +16,7 @@ score, NFE its forward passes, G the generation length, λ ≥ 0):
 **Update.** K rollouts per prompt (different seeds); the advantage of rollout j of prompt g is
 A_j = R_j − mean_g(R) (divided by std_g(R) + 1e-6 with ``normalise``, as GRPO does); the loss is
 −mean over the rollouts' steps of A · log π(a | s). Training runs in Lightning: every epoch draws
-fresh prompts and rollouts with the current policy (``reload_dataloaders_every_n_epochs=1``), logs
+fresh prompts and rollouts with the current policy (when its training data is first read), logs
 reward, accuracy and NFE to CSV and W&B (offline by default), and checkpoints (``last.ckpt``), so
 an interrupted run resumes where it stopped.
 """
@@ -33,7 +33,7 @@ from framework.engine.controller import DecodeState
 from framework.engine.features import StepFeatures
 from framework.learning.features import feature_matrix
 from framework.learning.rollouts import RolloutDataset, StepRecorder
-from framework.learning.windows import to_rows, to_windows
+from framework.learning.windows import as_windows
 
 REWARDS = ("additive", "multiplicative")
 
@@ -67,12 +67,18 @@ def bernoulli_log_prob(logits: torch.Tensor, actions: torch.Tensor, valid: torch
     return (lp * valid).sum(-1)
 
 
+def centred_logits(z: torch.Tensor, tau: float, temperature: float = 1.0) -> torch.Tensor:
+    """(z − logit τ) / T: the commit logits of the threshold-centred Bernoulli policy, from the
+    policy's logits z of p(safe) (τ clamped inside (0, 1))."""
+    t = min(max(float(tau), 1e-6), 1 - 1e-6)
+    return (z - math.log(t / (1 - t))) / temperature
+
+
 def reinforce_loss(net: nn.Module, x: torch.Tensor, valid: torch.Tensor, actions: torch.Tensor,
                    advantages: torch.Tensor, threshold: float = 0.5, temperature: float = 1.0) -> torch.Tensor:
     """−mean_n A_n · log π(a_n | s_n) over windows n (each carries its rollout's advantage), with the
-    action logits (g − logit τ) / T of the threshold-centred Bernoulli policy."""
-    t = min(max(float(threshold), 1e-6), 1 - 1e-6)
-    logits = (net(x, valid) - math.log(t / (1 - t))) / temperature
+    action logits :func:`centred_logits` of the threshold-centred Bernoulli policy."""
+    logits = centred_logits(net(x, valid), threshold, temperature)
     return -(advantages.to(x.dtype) * bernoulli_log_prob(logits, actions, valid)).mean()
 
 
@@ -84,15 +90,15 @@ class ActionRecorder(StepRecorder):
         return (feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.step[b].cpu(),
                 f.position[b, i].cpu(), decision.info["sampled"][b, i].float().cpu())
 
-    def dataset(self, offset: int = 0) -> RolloutDataset:
-        """The recorded rows, ``y`` = the action taken, ``sample`` = rollout index + ``offset``."""
+    def dataset(self) -> RolloutDataset:
+        """The recorded rows, ``y`` = the action taken, ``sample`` = the rollout's row in the decode call."""
         X, rows, step, pos, a = (torch.cat(t) for t in zip(*self.records))
-        return RolloutDataset(X=X, y=a, sample=rows + offset, step=step, position=pos)
+        return RolloutDataset(X=X, y=a, sample=rows, step=step, position=pos)
 
 
 def rl_windows(kind: str, data: RolloutDataset, advantages: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """``(x, valid, actions, advantage)`` per window (one window per row for per-position kinds)."""
-    w = to_windows(data) if kind == "transformer" else to_rows(data)
+    w = as_windows(kind, data)
     return w.X, w.valid, w.y, advantages[w.group].float()
 
 

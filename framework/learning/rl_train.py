@@ -1,8 +1,8 @@
 """The RL fine-tune as a Lightning run (see :mod:`framework.learning.rl` for the method).
 
-One epoch = one policy-gradient iteration: draw ``prompts`` training prompts (at the start of the
-epoch, in ``on_train_epoch_start``), decode each ``group`` times with the current policy sampling its commits, score the answers, compute group
-advantages, then take gradient steps over the recorded steps. Writes ``rl/`` under the output
+One epoch = one policy-gradient iteration: draw ``prompts`` training prompts (when the epoch first
+reads its data), decode each ``group`` times with the current policy sampling its commits, score
+the answers, compute group advantages, then take gradient steps over the recorded steps. Writes ``rl/`` under the output
 folder: ``current.pt`` (the policy the rollouts used), Lightning checkpoints (``last.ckpt``, the
 resume point), CSV and W&B (offline) logs with ``reward``, ``accuracy``, ``nfe`` per epoch.
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import os
 import sys
-import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
@@ -20,7 +19,7 @@ from typing import Any, Optional
 import torch
 
 from framework.engine.config import DecodeConfig
-from framework.learning.nets import build_net
+from framework.learning.nets import CONTROLLER_OF, build_net
 from framework.learning.policy import load_policy, save_policy
 from framework.learning.rollouts import RolloutDataset
 from framework.learning.rl import ActionRecorder, group_advantages, reinforce_loss, reward, rl_windows, rollout_prompts
@@ -91,15 +90,15 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
             raise ValueError(f"rl {name}={v}; allowed: an integer ≥ {2 if name == 'group' else 1}"
                              + (" (the group baseline needs two rollouts per prompt)" if name == "group" else ""))
     reward(torch.zeros(1), torch.ones(1), 1, lam, reward_form)  # validates λ and the form up front
+    if not (0.0 < threshold < 1.0 and temperature > 0):
+        raise ValueError(f"rl threshold={threshold} (allowed: strictly between 0 and 1) or temperature="
+                         f"{temperature} (allowed: > 0)")
     start = load_policy(init_policy)
     kind = start.kind
     out = Path(out_dir) / "rl"
     out.mkdir(parents=True, exist_ok=True)
     current = out / "current.pt"
     pl.seed_everything(seed, workers=True, verbose=False)
-    if not (0.0 < threshold < 1.0 and temperature > 0):
-        raise ValueError(f"rl threshold={threshold} (allowed: strictly between 0 and 1) or temperature="
-                         f"{temperature} (allowed: > 0)")
     module = _rl_module_class()(kind=kind, arch=start.net.arch(), lr=lr, threshold=threshold, temperature=temperature)
     module.net.load_state_dict(copy.deepcopy(start.net).float().state_dict())
     tok, G = loaded.tokenizer, config.gen_length
@@ -123,9 +122,7 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
         parts, correct, nfe, groups = [], [], [], []
         for s in range(0, len(jobs), decode_batch_size):
             chunk = jobs[s:s + decode_batch_size]
-            rec = ActionRecorder(build_controller("learned_window" if kind == "transformer" else
-                                                  "learned" if kind == "mlp" else "logreg",
-                                                  policy=str(current), sample=True,
+            rec = ActionRecorder(build_controller(CONTROLLER_OF[kind], policy=str(current), sample=True,
                                                   threshold=threshold, sample_temperature=temperature), G)
             res = decode(loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, config,
                          seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], seed))
@@ -161,12 +158,9 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
     resumed = bool(resume and last.is_file())
     if resumed:
         module.first_epoch = int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1
-    from framework.learning.train import _quiet_lightning
+    from framework.learning.train import quiet_lightning
 
-    with warnings.catch_warnings(), _quiet_lightning(True):
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")
+    with quiet_lightning(True):
         trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=iterations, logger=loggers, callbacks=[ckpt],
                              enable_progress_bar=verbose and sys.stderr.isatty(),
                              enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,

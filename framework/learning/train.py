@@ -54,7 +54,7 @@ from framework.engine.controller_io import build_controller
 from framework.learning.features import FEATURE_NAMES
 from framework.learning.nets import PolicyNet, build_net
 from framework.learning.rollouts import RolloutDataset
-from framework.learning.windows import Windows, to_rows, to_windows
+from framework.learning.windows import Windows, as_windows
 
 DEFAULT_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
 
@@ -167,11 +167,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def as_windows(kind: str, data: RolloutDataset) -> Windows:
-    """The training view of rollout rows for a policy kind: whole windows for the transformer."""
-    return to_windows(data) if kind == "transformer" else to_rows(data)
-
-
 def make_datamodule(train: Windows, val: Windows, batch_size: int = 256, seed: int = 0) -> Any:
     """A LightningDataModule over two sets of windows (shuffled training batches, seeded)."""
     pl = _lightning()
@@ -189,8 +184,10 @@ def make_datamodule(train: Windows, val: Windows, batch_size: int = 256, seed: i
 
 
 @contextlib.contextmanager
-def _quiet_lightning(quiet: bool) -> Any:
-    """Hide Lightning's INFO lines (accelerator, tips) while training quietly."""
+def quiet_lightning(quiet: bool) -> Any:
+    """For a Lightning run of ours: hide the warnings that do not apply (few dataloader workers,
+    short epochs, a checkpoint folder that DAgger rounds reuse) and, when ``quiet``, the INFO lines
+    (accelerator, tips)."""
     import logging
 
     loggers = [logging.getLogger(n) for n in ("pytorch_lightning", "lightning.pytorch", "lightning_fabric")]
@@ -199,7 +196,11 @@ def _quiet_lightning(quiet: bool) -> Any:
         for lg in loggers:
             lg.setLevel(logging.WARNING)
     try:
-        yield
+        with warnings.catch_warnings():
+            for message in (".*does not have many workers.*", ".*log_every_n_steps.*", ".*LeafSpec.*",
+                            ".*exists and is not empty.*"):
+                warnings.filterwarnings("ignore", message=message)
+            yield
     finally:
         for lg, level in zip(loggers, levels):
             lg.setLevel(level)
@@ -238,11 +239,7 @@ def train_net(kind: str, train: RolloutDataset, val: RolloutDataset, *, out_dir:
     ckpt = ModelCheckpoint(dirpath=str(out / "lightning" / "checkpoints"), monitor="val_loss", mode="min",
                            save_top_k=1, filename=kind + "-{epoch:02d}-{val_loss:.4f}")
     stop = EarlyStopping(monitor="val_loss", mode="min", patience=patience)
-    with warnings.catch_warnings(), _quiet_lightning(not progress):
-        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-        warnings.filterwarnings("ignore", message=".*log_every_n_steps.*")
-        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-        warnings.filterwarnings("ignore", message=".*exists and is not empty.*")  # DAgger rounds retrain there
+    with quiet_lightning(not progress):
         trainer = pl.Trainer(
             accelerator=accelerator, devices=devices, max_epochs=max_epochs, logger=loggers,
             callbacks=[ckpt, stop], enable_progress_bar=progress, enable_model_summary=progress,
