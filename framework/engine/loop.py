@@ -83,7 +83,8 @@ def layout(
     return x.to(device), attn.to(device), torch.as_tensor(lengths, dtype=torch.long, device=device)
 
 
-def _seeds(seeds: Any, batch: int, base: int, device: torch.device) -> torch.Tensor:
+def sample_seeds(seeds: Any, batch: int, base: int, device: torch.device | str = "cpu") -> torch.Tensor:
+    """``decode``'s per-sample seeds ``[batch]``: ``seeds`` (an int or one per sample), else ``base`` for all."""
     if seeds is None:
         return torch.full((batch,), int(base), dtype=torch.long, device=device)
     t = torch.as_tensor(seeds, dtype=torch.long, device=device).reshape(-1)
@@ -155,7 +156,7 @@ def decode(
     in_gen = (rel >= 0) & (rel < G)
     state = DecodeState(
         config=config,
-        seeds=_seeds(seeds, B, config.seed, device),
+        seeds=sample_seeds(seeds, B, config.seed, device),
         mask_token_id=mask_id,
         eos_token_id=eos_id,
         pad_token_id=pad_id,

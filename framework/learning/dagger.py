@@ -24,8 +24,8 @@ from framework.engine.config import DecodeConfig
 from framework.engine.controller import DecodeState
 from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
-from framework.engine.loop import decode
-from framework.learning.features import FEATURE_NAMES, feature_matrix
+from framework.engine.loop import decode, sample_seeds
+from framework.learning.features import feature_matrix
 from framework.learning.rollouts import RolloutDataset, StepRecorder, over_split
 
 
@@ -50,17 +50,17 @@ def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: 
     G = config.gen_length
     rec = _StateRecorder(controller, G)
     decode(model, prompts, rec, config, seeds=seeds)
-    row_seeds = torch.as_tensor(config.seed if seeds is None else seeds, dtype=torch.long).reshape(-1)
-    row_seeds = row_seeds.expand(len(prompts)).clone() if row_seeds.numel() == 1 else row_seeds
-    # one entry per visited (row, step): its generation snapshot
+    row_seeds = sample_seeds(seeds, len(prompts), config.seed)
+    # one entry per visited (row, step): its generation snapshot; each row's steps in order
     visited: dict[tuple[int, int], torch.Tensor] = {}
+    steps_of: list[list[int]] = [[] for _ in prompts]
     for *_, rows, steps, gen in rec.records:
         for r, s, g in zip(rows.tolist(), steps.tolist(), gen):
             visited[(r, s)] = g
+            steps_of[r].append(s)
     gen_ = torch.Generator().manual_seed(int(seed))
     chosen: list[tuple[int, int]] = []
-    for r in range(len(prompts)):
-        mine = sorted(s for (rr, s) in visited if rr == r)
+    for r, mine in enumerate(steps_of):
         pick = torch.randperm(len(mine), generator=gen_)[:states_per_rollout].tolist()
         chosen += [(r, mine[j]) for j in sorted(pick)]
     finals: dict[tuple[int, int], torch.Tensor] = {}
@@ -79,8 +79,7 @@ def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: 
         target = torch.stack([finals[(r, s)][p] for r, s, p in zip(rows.tolist(), step.tolist(), pos.tolist())])
         parts.append((X, (x0 == target).float(), rows, step, pos))
     if not parts:
-        empty = torch.zeros(0, dtype=torch.long)
-        return RolloutDataset(torch.zeros(0, len(FEATURE_NAMES)), torch.zeros(0), empty, empty, empty)
+        return RolloutDataset.empty()
     X, y, rows, step, pos = (torch.cat(t) for t in zip(*parts))
     return RolloutDataset(X=X, y=y, sample=rows, step=step, position=pos)
 

@@ -33,6 +33,11 @@ class RolloutDataset:
     def __len__(self) -> int:
         return int(self.y.numel())
 
+    @staticmethod
+    def empty() -> "RolloutDataset":
+        none = torch.zeros(0, dtype=torch.long)
+        return RolloutDataset(torch.zeros(0, len(FEATURE_NAMES)), torch.zeros(0), none, none, none)
+
     @property
     def positive_rate(self) -> float:
         return float(self.y.mean()) if len(self) else float("nan")
@@ -101,8 +106,7 @@ def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: Decod
         final = decode(model, prompts, seq, config, seeds=seeds).generated.cpu()
         decode(model, prompts, rec, config, seeds=seeds)
     if not rec.records:
-        empty = torch.zeros(0, dtype=torch.long)
-        return RolloutDataset(torch.zeros(0, len(FEATURE_NAMES)), torch.zeros(0), empty, empty, empty)
+        return RolloutDataset.empty()
     X, rows, pos, x0, step = (torch.cat(parts) for parts in zip(*rec.records))
     y = (x0 == final[rows, pos]).float()
     return RolloutDataset(X=X, y=y, sample=rows, step=step, position=pos)
