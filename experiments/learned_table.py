@@ -11,49 +11,41 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments.matched import NON_LEARNED
+from experiments.matched import _num
 
 
-def _best(points: list[dict], kinds: tuple[str, ...]) -> Optional[dict]:
-    sel = [p for p in points if p["kind"] in kinds and p["tpf"]]
-    return max(sel, key=lambda p: p["tpf"], default=None)
-
-
-def _fmt(p: Optional[dict], label: str) -> str:
+def _row(label: str, p: Optional[dict]) -> str:
     if p is None:
         return f"| {label} | – | none within 1 point | – | – | – | – |"
-    return (f"| {label} | {p['curve']} | {p['strategy']} | {p['accuracy']:.3f} | {p['nfe']:.2f} | "
-            f"{p['tpf']:.2f} | {p['aup']:.1f} |" if p.get("aup") is not None else
-            f"| {label} | {p['curve']} | {p['strategy']} | {p['accuracy']:.3f} | {p['nfe']:.2f} | {p['tpf']:.2f} | – |")
+    return (f"| {label} | {p['curve']} | {p['strategy']} | {_num(p['accuracy'], 3)} | {_num(p['nfe'], 2)} | "
+            f"{_num(p['tpf'], 2)} | {_num(p['aup'], 1)} |")
 
 
 def table(bench: dict[str, Any]) -> str:
+    """Per task with issue 13's targets: the curves they compare (as ``matched_points`` chose them)."""
     out = []
     for name, t in bench["tasks"].items():
         m = t.get("matched") or {}
-        points = m.get("points") or []
-        if not points:
-            continue
-        aups = t.get("aup") or {}
-        kind_of = {p["curve"]: p["kind"] for p in points}
-        top_aup = max(((c, a) for c, a in aups.items() if kind_of.get(c) != "oracle"),
-                      key=lambda kv: kv[1] or 0.0, default=(None, None))  # the oracle is a bound
-        learned_curves = {p["curve"] for p in points if p["kind"] == "learned"}
-        best_learned_aup = max(((c, aups.get(c)) for c in learned_curves), key=lambda kv: kv[1] or 0.0,
-                               default=(None, None))
-        out += [f"**{name}** (reference {m['reference']}, matched at accuracy ≥ {m['threshold']:.2f}; "
-                f"highest AUP: {top_aup[0]} {top_aup[1]:.1f}; best learned AUP: {best_learned_aup[0]} "
-                f"{(best_learned_aup[1] or 0):.1f})", "",
-                "| | curve | matched point | accuracy | NFE | tokens/forward | AUP |", "|---|---|---|---|---|---|---|",
-                _fmt(_best(points, ("learned",)), "best learned"),
-                _fmt(_best(points, NON_LEARNED), "best non-learned"),
-                _fmt(_best(points, ("oracle",)), "oracle"), ""]
         tg = (m.get("targets") or {}).get("learned")
-        if tg:
-            for key, text in (("over_non_learned", "learned / non-learned (≥ 1.3×)"), ("of_oracle", "learned / oracle (≥ 0.85×)")):
-                v = tg[key]["value"]
-                out.append(f"- {text}: {'–' if v is None else f'{v:.2f}×'} {'✓' if tg[key]['met'] else '✗'}")
-            out.append("")
+        if not tg:
+            continue
+        points = {p["curve"]: p for p in m["points"]}
+        aups = t.get("aup") or {}
+        top = max(((c, a) for c, a in aups.items() if points.get(c, {}).get("kind") != "oracle"),
+                  key=lambda kv: kv[1] or 0.0)  # the oracle is a bound, not a contender
+        best_learned = max(((c, aups.get(c) or 0.0) for c, p in points.items() if p["kind"] == "learned"),
+                           key=lambda kv: kv[1])
+        over, of_oracle = tg["over_non_learned"], tg["of_oracle"]
+        out += [f"**{name}** (reference {m['reference']}, matched at accuracy ≥ {m['threshold']:.2f}; "
+                f"highest AUP: {top[0]} {top[1]:.1f}; best learned AUP: {best_learned[0]} {best_learned[1]:.1f})", "",
+                "| | curve | matched point | accuracy | NFE | tokens/forward | AUP |", "|---|---|---|---|---|---|---|",
+                _row("best learned", points.get(over["of"])),
+                _row("best non-learned", points.get(over["over"])),
+                _row("oracle", points.get(of_oracle["over"])), ""]
+        for t_, text in ((over, "learned / non-learned (≥ 1.3×)"), (of_oracle, "learned / oracle (≥ 0.85×)")):
+            ratio = "–" if t_["value"] is None else f"{t_['value']:.2f}×"
+            out.append(f"- {text}: {ratio} {'✓' if t_['met'] else '✗'}")
+        out.append("")
     return "\n".join(out)
 
 
