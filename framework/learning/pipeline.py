@@ -69,7 +69,8 @@ class PolicyResult:
         return d
 
 
-def check_options(method: str, policies: Sequence[str], rounds: int, states_per_rollout: int) -> None:
+def check_options(method: str, policies: Sequence[str], rounds: int, states_per_rollout: int,
+                  rl: Optional[dict] = None) -> None:
     """Refuse bad values before any work, naming what is allowed."""
     if method not in METHODS:
         raise ValueError(f"method={method!r}; allowed: {', '.join(METHODS)}")
@@ -80,6 +81,10 @@ def check_options(method: str, policies: Sequence[str], rounds: int, states_per_
         raise ValueError(f"rounds={rounds} with method=dagger; allowed: an integer ≥ 1")
     if states_per_rollout < 1:
         raise ValueError(f"states_per_rollout={states_per_rollout}; allowed: an integer ≥ 1")
+    if method == "rl":
+        from framework.learning.rl import check_rl_options
+
+        check_rl_options(**(rl or {}))
 
 
 def _fit(kind: str, train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict, init: Any = None) -> tuple:
@@ -115,7 +120,7 @@ def train_policy(
     from framework.engine.evaluate import evaluate
     from framework.tasks.base import get_task
 
-    check_options(method, policies, rounds, states_per_rollout)
+    check_options(method, policies, rounds, states_per_rollout, rl)
     t0 = time.perf_counter()
     task_obj = get_task(task, **(task_params or {}))
     if loaded is None:

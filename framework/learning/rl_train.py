@@ -22,7 +22,15 @@ from framework.engine.config import DecodeConfig
 from framework.learning.nets import CONTROLLER_OF, build_net
 from framework.learning.policy import load_policy, save_policy
 from framework.learning.rollouts import RolloutDataset
-from framework.learning.rl import ActionRecorder, group_advantages, reinforce_loss, reward, rl_windows, rollout_prompts
+from framework.learning.rl import (
+    ActionRecorder,
+    check_rl_options,
+    group_advantages,
+    reinforce_loss,
+    reward,
+    rl_windows,
+    rollout_prompts,
+)
 
 
 @lru_cache(maxsize=1)
@@ -85,14 +93,7 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
     from framework.engine.evaluate import item_seeds
     from framework.engine.loop import decode
 
-    for name, v in (("iterations", iterations), ("prompts", prompts), ("group", group)):
-        if int(v) < 1 or (name == "group" and v < 2):
-            raise ValueError(f"rl {name}={v}; allowed: an integer ≥ {2 if name == 'group' else 1}"
-                             + (" (the group baseline needs two rollouts per prompt)" if name == "group" else ""))
-    reward(torch.zeros(1), torch.ones(1), 1, lam, reward_form)  # validates λ and the form up front
-    if not (0.0 < threshold < 1.0 and temperature > 0):
-        raise ValueError(f"rl threshold={threshold} (allowed: strictly between 0 and 1) or temperature="
-                         f"{temperature} (allowed: > 0)")
+    check_rl_options(iterations, prompts, group, lam, reward_form, threshold, temperature)
     start = load_policy(init_policy)
     kind = start.kind
     out = Path(out_dir) / "rl"

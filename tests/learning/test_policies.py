@@ -319,3 +319,15 @@ def test_negative_weight_scales_the_unsafe_rows():
     l1, l2 = masked_bce(z2, y, v, 1.0).item(), masked_bce(z2, y, v, 3.0).item()
     want = (math.log(2) + 3 * math.log(1 + math.e)) / 4
     assert l2 == pytest.approx(want) and l2 > l1
+
+
+def test_bad_rl_settings_fail_before_the_imitation_rollouts():
+    from framework.learning.pipeline import train_policy
+
+    class NoModel:  # any use of the model would fail differently
+        pass
+
+    with pytest.raises(ValueError, match="rl group=1; allowed: an integer ≥ 2"):
+        train_policy("addition", loaded=NoModel(), method="rl", rl={"group": 1})
+    with pytest.raises(ValueError, match="rl threshold=1.0"):
+        train_policy("addition", loaded=NoModel(), method="rl", rl={"threshold": 1.0})
