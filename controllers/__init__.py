@@ -2,7 +2,7 @@
 
 from importlib import import_module
 
-_MODULES = ("baselines", "adaptive", "stability", "heuristic", "guards", "learned", "oracle")
+_MODULES = ("baselines", "adaptive", "stability", "heuristic", "guards", "learned", "oracle", "revocable")
 
 for _name in _MODULES:
     try:

@@ -31,8 +31,12 @@ class DecodeConfig(Configurable):
             at each block start (its logits serve that step), then runs the block and everything
             after it against the cached prefix; ``dual`` runs only the block, the suffix's keys
             and values stale until the next refresh. Every forward counts as one NFE.
-        cache_refresh: also refresh every this many steps inside a block (``None`` = at block
+        cache_refresh: also refresh every this many steps inside a block too (``None`` = at block
             starts only, as Fast-dLLM; 1 = every step, which equals ``cache=none``).
+        remask_budget: revocable decoding: most re-masked tokens per sample over the whole decode
+            (``None`` = ``gen_length``). Every step commits at least one masked position, so a
+            sample takes at most ``gen_length + remask_budget`` steps.
+        remask_per_position: most times one position may be re-masked.
     """
 
     params = {
@@ -46,6 +50,9 @@ class DecodeConfig(Configurable):
         "cache": Param(str, choices=CACHE_MODES, doc="KV cache: none | prefix | dual (Fast-dLLM)"),
         "cache_refresh": Param(int, low=1, nullable=True,
                                doc="refresh the cache every N steps in a block too; null = block starts only"),
+        "remask_budget": Param(int, low=0, nullable=True,
+                               doc="revocable decoding: most re-masks per sample; null = gen_length"),
+        "remask_per_position": Param(int, low=0, doc="revocable decoding: most re-masks of one position"),
     }
 
     def __init__(
@@ -59,6 +66,8 @@ class DecodeConfig(Configurable):
         seed: int = 0,
         cache: str = "none",
         cache_refresh: Optional[int] = None,
+        remask_budget: Optional[int] = None,
+        remask_per_position: int = 2,
     ) -> None:
         self.gen_length = gen_length
         self.block_length = block_length
@@ -69,6 +78,8 @@ class DecodeConfig(Configurable):
         self.seed = seed
         self.cache = cache
         self.cache_refresh = cache_refresh
+        self.remask_budget = remask_budget
+        self.remask_per_position = remask_per_position
 
     def check_combination(self) -> None:
         if self.cache == "none" and self.cache_refresh is not None:
@@ -85,6 +96,11 @@ class DecodeConfig(Configurable):
     @property
     def effective_block_length(self) -> int:
         return self.block_length or self.gen_length
+
+    @property
+    def effective_remask_budget(self) -> int:
+        """Most re-masks per sample (``remask_budget``, default ``gen_length``)."""
+        return self.gen_length if self.remask_budget is None else int(self.remask_budget)
 
     @property
     def num_blocks(self) -> int:

@@ -33,6 +33,8 @@ class Decision:
         k: long ``[B, L]`` candidates to keep at uncertain positions for lookahead (1 = none).
         depth: long ``[B]`` lookahead depth d (0 = commit directly, no rollout).
         next_block_length: long ``[B]`` length of the next semi-autoregressive block.
+        remask: bool ``[B, L]``, decided positions to return to the mask (revocable decoding;
+            only ``features.revocable`` slots count, within the loop's re-mask bounds).
         info: per-sample tensors worth tracing (e.g. the current η), logged with ``trace=True``.
     """
 
@@ -41,6 +43,7 @@ class Decision:
     k: Optional[torch.Tensor] = None
     depth: Optional[torch.Tensor] = None
     next_block_length: Optional[torch.Tensor] = None
+    remask: Optional[torch.Tensor] = None
     info: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
@@ -93,6 +96,10 @@ class Controller(Configurable):
     kind: ClassVar[str] = "heuristic"
     #: set by controllers whose decisions use randomness (they must draw it from ``state.seeds``)
     stochastic: ClassVar[bool] = False
+    #: set by controllers that may return ``Decision.remask`` (revocable decoding)
+    revocable: ClassVar[bool] = False
+    #: set by controllers that read ``features.verify_prob`` (the loop then runs the verification)
+    verifies: ClassVar[bool] = False
 
     def reset(self, state: DecodeState) -> None:
         """Called once per decode call, before the first step. Default: validate, no memory."""

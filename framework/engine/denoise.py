@@ -52,6 +52,15 @@ def check_cache_support(model: Any, mode: str) -> None:
         )
 
 
+def suppress_mask_logit(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """The mask token is never a prediction (MDLM's zero-masking parameterisation): its logit becomes
+    the dtype's lowest finite value (probability 0, and no ``0 · -inf`` in the entropy)."""
+    if 0 <= mask_id < logits.shape[-1]:
+        logits = logits.clone() if not logits.is_contiguous() or logits.requires_grad else logits
+        logits[..., mask_id] = torch.finfo(logits.dtype).min
+    return logits
+
+
 class CacheSession:
     """The KV cache of one decode call and when to refresh it (per row).
 
@@ -135,3 +144,42 @@ class CacheSession:
         if not whole:
             self.cache.update_rows(rows, sub)
         return logits
+
+
+# ---------------------------------------------------------------------- verification (revocable decoding)
+def supports_shadow(model: Any) -> bool:
+    """Whether ``model`` computes WINO's shadow block in its own forward (``shadow_logits``)."""
+    return supports_cache(model) and bool(getattr(model, "supports_shadow", False)) and hasattr(model, "shadow_logits")
+
+
+def verification_logits(model: Any, x: torch.Tensor, attn: torch.Tensor, cols: torch.Tensor,
+                        probe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits ``[b, W, V]`` of each window column ``cols`` with that column hidden (rows of the
+    ``probe`` ``[b, W]`` slots are meaningful), and the forwards this cost per row ``[b]``.
+
+    A model with the shadow block runs it as one extra forward (1 per row that probes). Any other
+    denoiser gets the exact version: one canvas per probed slot with that slot masked, batched,
+    each counted as one forward of its row.
+    """
+    b, w = cols.shape
+    cost = torch.zeros(b, dtype=torch.long, device=x.device)
+    rows_any = probe.any(1)
+    if supports_shadow(model):
+        out = None
+        idx = rows_any.nonzero().squeeze(1)
+        if idx.numel():
+            _, sh = model.shadow_logits(x[idx], attn[idx], cols[idx])
+            out = sh.new_zeros((b, *sh.shape[1:]))
+            out[idx] = sh
+            cost[idx] = 1
+        return (out if out is not None else torch.zeros(b, w, 1, device=x.device)), cost
+    r, j = probe.nonzero(as_tuple=True)
+    if r.numel() == 0:
+        return torch.zeros(b, w, 1, device=x.device), cost
+    canvas = x[r].clone()
+    canvas[torch.arange(r.numel(), device=x.device), cols[r, j]] = int(model.mask_token_id)
+    at = window_logits(model, canvas, attn[r], cols[r, j][:, None])[:, 0]  # [n, V]
+    out = at.new_zeros((b, w, at.shape[-1]))
+    out[r, j] = at
+    cost.index_add_(0, r, torch.ones_like(r))
+    return out, cost

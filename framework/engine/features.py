@@ -58,6 +58,11 @@ class StepFeatures:
     n_eligible: torch.Tensor
     window_index: Optional[torch.Tensor] = None
     logits: Optional[torch.Tensor] = field(default=None, repr=False)
+    #: revocable decoding: decided slots this decode committed (they may be re-masked), ``[B, W]``
+    revocable: Optional[torch.Tensor] = None
+    #: for controllers that verify: p(current token) at revocable slots with the slot hidden
+    #: (WINO's shadow block), NaN elsewhere, ``[B, W]``
+    verify_prob: Optional[torch.Tensor] = None
 
     @property
     def progress(self) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""Adaptive multi-step lookahead: branch at uncertain positions, roll out, score, commit.
+"""Adaptive multi-step lookahead: branch at uncertain positions, roll out, score jointly, commit.
 
 At a step where the controller asks for depth ``d_b > 0`` (``Decision.depth``) and keeps
 ``k > 1`` candidates at uncertain positions (eligible, not committed), the loop calls
@@ -6,32 +6,37 @@ At a step where the controller asks for depth ``d_b > 0`` (``Decision.depth``) a
 
 1. **Branch positions**: the ``positions`` most uncertain positions U_b (lowest margin
    top1 − top2 among the uncertain ones).
-2. **Candidate set**: joint assignments of U_b, each position i ∈ U_b taking one of its top-k_i
-   tokens under the denoiser (k_i = ``Decision.k``, capped by ``width``), ranked by their summed
-   log-probability Σ_{i∈U} log p_θ(v_i | x_t); the ``width`` best are kept. Candidate 0 is the
-   all-top-1 (greedy) assignment, so ties keep the greedy choice. With ``positions=1`` (the
-   default) the candidates are simply the j-th best tokens at the most uncertain position. With
-   two or more, ``verify`` re-scores each branch token given the others (pseudo-likelihood, one
-   forward per branch position), since a product of marginals cannot see their coupling.
-3. **Rollouts as extra batch rows**: candidate c starts from x_t with the controller's commits and
-   its own branch tokens written, then runs up to d steps of a fill policy (greedy tokens; a
-   rollout whose block is already full stops early and costs nothing more):
-   ``threshold`` commits the positions with confidence > ``rollout_threshold`` (at least one),
-   ``sequential`` the single most confident one, ``controller`` whatever the step's controller
-   decides on the rollout's features (on a copy of its memory). With ``complete`` the last
-   rollout step also fills every position still masked in the block with its greedy token (no
-   extra forward), so the scorer sees a whole block. Rollouts stay inside the current block.
-   All candidates of all rows roll out together; row r's candidates each cost one NFE per step,
-   counted for r (``extra_nfe``).
-4. **Scoring**: the scorer ranks the rollouts (:class:`framework.engine.scorer.Candidates` with the
-   log-probabilities recorded when each token was chosen); the row commits the **first step of
-   the best rollout**: the controller's commits plus the best candidate's branch tokens.
+2. **Candidate first steps**: with ``hold`` (the default) candidate 0 is the controller's own
+   decision with U_b left masked; the others add a joint assignment of U_b, each position taking
+   one of its top-k_i tokens (k_i = ``Decision.k``, capped by ``width``), ranked by summed
+   log-probability, the all-top-1 assignment first. ``width`` counts every candidate. With two
+   or more branch positions, ``verify`` re-scores each branch token given the others
+   (pseudo-likelihood, one forward per branch position), since marginals cannot see coupling.
+3. **Rollouts as extra batch rows**: candidate c starts from x_t with its first step written,
+   then runs up to d forwards of a fill policy (greedy tokens; a rollout whose block is full
+   stops early): ``threshold`` fills the positions with confidence > ``rollout_threshold`` (at
+   least one), ``sequential`` the most confident one, ``controller`` what the step's controller
+   decides on a copy of its memory. After the last forward the rest of the block is filled
+   greedily (``complete``, no extra forward). Rollouts stay inside the current block.
+4. **Joint scoring**: with ``rescore='pll'`` (the default) each completed rollout is re-scored
+   by the denoiser's pseudo-likelihood of the block: log p(v_i | every other token), for every
+   position the step began with masked (one shadow-block forward per candidate on models that
+   have one, else one forward per position), so candidates are compared on the same positions by
+   a joint measure, not by the one-shot fill's marginals. ``rescore='none'`` keeps the
+   probabilities recorded when each token was chosen. The scorer ranks the rollouts
+   (:class:`framework.engine.scorer.Candidates`).
+5. **Commit the first step of the best rollout**, nothing more: if the hold candidate wins, the
+   branch positions stay masked. The winner's first rollout forward ran on exactly the canvas
+   the loop decodes next, so its logits are handed back (``LookaheadResult.next_logits``) and
+   the loop uses them instead of running that forward again.
 
-Budget: a row with ``budget_left`` extra NFE runs its C candidates for
-``d = min(d_b, budget_left // C)`` steps; if that is 0 but ``budget_left ≥ 2``, the C is cut to
-``budget_left`` candidates of depth 1; otherwise the row commits directly. Memory: only canvases
-``[N, L]`` (long) and the recorded log-probabilities ``[N, L]`` are kept across rollout steps;
-each step's logits ``[n, L, V]`` are reduced to the greedy token and its log-probability at once.
+Cost: every rollout, verification and re-scoring forward is one NFE of its row (``extra_nfe``);
+the reused forward is not run twice. Budget: a row with ``budget_left`` extra NFE runs its C
+candidates for ``d = min(d_b, budget_left // C − v − r)`` steps (v verification, r re-scoring
+forwards per candidate); if that is 0, C is cut to what one step affords, and a row that cannot
+afford two candidates commits directly. Memory: the canvases ``[N, L]``, the recorded
+log-probabilities ``[N, W]`` and each candidate's first-forward window logits ``[N, W, V]``
+(for the reuse) are kept across rollout steps.
 
 Failure: if planning, a rollout, the rollout controller or the scorer raises, the rows fall back
 to the controller's own decision for this step (``fallback``), the failure is logged on the
@@ -50,7 +55,7 @@ import torch
 
 from framework.core.params import Configurable, Param, ParameterError
 from framework.engine.controller import Decision, DecodeState
-from framework.engine.denoise import window_logits
+from framework.engine.denoise import suppress_mask_logit, supports_shadow, verification_logits, window_logits
 from framework.engine.features import StepFeatures, compute_features
 from framework.engine.scorer import Candidates, Scorer, ScoringContext
 from framework.engine.selection import ensure_progress, select_topk
@@ -58,6 +63,7 @@ from framework.engine.selection import ensure_progress, select_topk
 logger = logging.getLogger(__name__)
 
 ROLLOUTS = ("threshold", "sequential", "controller")
+RESCORES = ("pll", "none")
 
 
 @dataclass
@@ -70,6 +76,11 @@ class LookaheadResult:
     fallback: torch.Tensor
     forward_seconds: float = 0.0
     info: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: rows (of the sub-batch) whose next forward already ran: the winner's first rollout forward
+    next_rows: Optional[torch.Tensor] = None
+    #: its canvas ``[R, L]`` (what the loop must see next for the reuse to hold) and window logits ``[R, W, V]``
+    next_canvas: Optional[torch.Tensor] = None
+    next_logits: Optional[torch.Tensor] = None
 
 
 @dataclass
@@ -81,6 +92,7 @@ class _Plan:
     cand_logp: torch.Tensor  # [R, W, m] their log-probabilities
     cand_ok: torch.Tensor  # [R, W] candidate exists
     depth: torch.Tensor  # [R] rollout steps
+    hold: torch.Tensor  # [R, W] candidate leaves the branch positions masked
 
 
 class Lookahead(Configurable):
@@ -98,6 +110,10 @@ class Lookahead(Configurable):
             (marginal) log-probability by log p(v_i | the other branch tokens), one forward per
             branch position and candidate (counted), so joint candidates are ranked by their
             pseudo-likelihood rather than by a product of marginals.
+        hold: include the candidate that commits only the controller's decision (the branch
+            positions stay masked); without it a branch token is always committed.
+        rescore: ``pll`` scores completed rollouts by the pseudo-likelihood of the block (one
+            forward per candidate with a shadow block); ``none`` by the recorded probabilities.
         context: a :class:`framework.engine.scorer.ScoringContext` (tokenizer, prompt texts, meta);
             per-call values in ``state.extras`` (``tokenizer``, ``meta``, ``prompt_text``) win.
     """
@@ -110,6 +126,8 @@ class Lookahead(Configurable):
         "max_depth": Param(int, low=1, high=64, doc="cap on the lookahead depth d", tune=(1, 7)),
         "complete": Param(bool, doc="fill the rest of the block greedily after the last rollout step"),
         "verify": Param(bool, doc="with positions ≥ 2, re-score branch tokens by pseudo-likelihood (m NFE)"),
+        "hold": Param(bool, doc="include the candidate that leaves the branch positions masked"),
+        "rescore": Param(str, choices=RESCORES, doc="joint score of completed rollouts: pll | none"),
     }
 
     def __init__(
@@ -122,6 +140,8 @@ class Lookahead(Configurable):
         max_depth: int = 8,
         complete: bool = True,
         verify: bool = True,
+        hold: bool = True,
+        rescore: str = "pll",
         context: Optional[ScoringContext] = None,
     ) -> None:
         self.scorer = scorer
@@ -132,6 +152,8 @@ class Lookahead(Configurable):
         self.max_depth = max_depth
         self.complete = complete
         self.verify = verify
+        self.hold = hold
+        self.rescore = rescore
         self.context = context
 
     def check_combination(self) -> None:
@@ -165,11 +187,11 @@ class Lookahead(Configurable):
         wanted = (decision.depth.to(x.device) > 0) if decision.depth is not None else fallback
         try:
             self.validate()
-            plan = self.plan(feats, decision, commit, budget_left)
+            plan = self.plan(feats, decision, commit, budget_left, self._rescore_cost(model, feats, commit))
             if plan is None:
                 return out
-            best, secs = self._rollout_and_rank(model, x, attn, feats, commit, tokens, state, plan, spent,
-                                                controller)
+            best, secs, first = self._rollout_and_rank(model, x, attn, feats, commit, tokens, state, plan, spent,
+                                                       controller)
         except Exception as exc:  # noqa: BLE001 - any plug-in failure falls back, logged
             rows = wanted.nonzero().squeeze(1).tolist()
             logger.warning("lookahead failed (%s: %s); rows %s fall back to plain decoding this step",
@@ -178,27 +200,38 @@ class Lookahead(Configurable):
             out.fallback = wanted.clone()
             return out
         r = plan.rows
-        chosen = plan.cand_tokens[torch.arange(r.numel(), device=x.device), best]  # [R, m]
+        ar = torch.arange(r.numel(), device=x.device)
+        chosen = plan.cand_tokens[ar, best]  # [R, m]
+        use = plan.branch_ok & ~plan.hold[ar, best][:, None]  # the hold candidate commits no branch token
         new_tokens = tokens.clone()
         new_commit = commit.clone()
         sub_tok = new_tokens[r]
         sub_com = new_commit[r]
-        sub_tok.scatter_(1, plan.branch_pos, torch.where(plan.branch_ok, chosen, sub_tok.gather(1, plan.branch_pos)))
-        sub_com.scatter_(1, plan.branch_pos, sub_com.gather(1, plan.branch_pos) | plan.branch_ok)
+        sub_tok.scatter_(1, plan.branch_pos, torch.where(use, chosen, sub_tok.gather(1, plan.branch_pos)))
+        sub_com.scatter_(1, plan.branch_pos, sub_com.gather(1, plan.branch_pos) | use)
         new_tokens[r], new_commit[r] = sub_tok, sub_com
-        best_full = torch.full((b,), -1, dtype=torch.long, device=x.device)
-        best_full[r] = best
-        n_cand = torch.zeros(b, dtype=torch.long, device=x.device)
-        n_cand[r] = plan.cand_ok.sum(1)
-        depth = torch.zeros(b, dtype=torch.long, device=x.device)
-        depth[r] = plan.depth
-        return LookaheadResult(tokens=new_tokens, commit=new_commit, extra_nfe=spent, fallback=fallback,
-                               forward_seconds=secs,
-                               info={"best": best_full, "candidates": n_cand, "depth": depth})
+        info = {name: torch.full((b,), -1 if name == "best" else 0, dtype=torch.long, device=x.device)
+                for name in ("best", "candidates", "depth", "held")}
+        info["best"][r], info["candidates"][r], info["depth"][r] = best, plan.cand_ok.sum(1), plan.depth
+        info["held"][r] = plan.hold[ar, best].long()
+        out = LookaheadResult(tokens=new_tokens, commit=new_commit, extra_nfe=spent, fallback=fallback,
+                              forward_seconds=secs, info=info)
+        if first is not None and first[2].any():
+            ran = first[2]
+            out.next_rows, out.next_canvas, out.next_logits = r[ran], first[0][ran], first[1][ran]
+        return out
+
+    def _rescore_cost(self, model: Any, f: StepFeatures, commit: torch.Tensor) -> torch.Tensor:
+        """Forwards the joint re-scoring costs per candidate of each row ``[B]``."""
+        if self.rescore == "none":
+            return torch.zeros(f.x0.shape[0], dtype=torch.long, device=f.x0.device)
+        if supports_shadow(model):
+            return torch.ones(f.x0.shape[0], dtype=torch.long, device=f.x0.device)
+        return f.eligible.sum(1)
 
     # ------------------------------------------------------------------ 1-2: the candidate set
     def plan(self, f: StepFeatures, decision: Decision, commit: torch.Tensor,
-             budget_left: torch.Tensor) -> Optional[_Plan]:
+             budget_left: torch.Tensor, rescore_cost: Optional[torch.Tensor] = None) -> Optional[_Plan]:
         """Rows that branch, their branch positions and candidates, and the depth they can afford."""
         b, l = f.x0.shape
         dev = f.x0.device
@@ -223,18 +256,25 @@ class Lookahead(Configurable):
         lp = alt_lp.gather(2, idx)  # [R, m, C]
         lp = torch.where(ok[:, :, None], lp, torch.zeros_like(lp)).sum(1)  # [R, C]
         valid = (combos.t().unsqueeze(0) < k_at[:, :, None]).all(1)  # [R, C]
-        w = min(int(self.width), c)
+        held = int(bool(self.hold))
+        w = min(int(self.width) - held, c)
         ranked = torch.where(valid, lp, torch.full_like(lp, float("-inf")))
         order = torch.argsort(ranked, dim=1, descending=True, stable=True)[:, :w]  # combo 0 (all top-1) first
+        if held:  # candidate 0: the controller's decision alone (its tokens are placeholders, never written)
+            order = torch.cat([torch.zeros_like(order[:, :1]), order], dim=1)
         cand_ok = valid.gather(1, order)
+        hold = torch.zeros_like(cand_ok)
+        hold[:, :held] = True
+        w += held
         cand_idx = combos[order]  # [R, W, m]
         cand_tokens = alt_ids.unsqueeze(1).expand(-1, w, -1, -1).gather(3, cand_idx.unsqueeze(-1)).squeeze(-1)
         cand_logp = alt_lp.unsqueeze(1).expand(-1, w, -1, -1).gather(3, cand_idx.unsqueeze(-1)).squeeze(-1)
-        # budget: C candidates × (d steps + v verification forwards) ≤ budget_left
+        # budget: C candidates × (d steps + v verification + r re-scoring forwards) ≤ budget_left
         n = cand_ok.sum(1)
         bl = budget_left.to(dev)[rows].long()
         m_ok = ok.sum(1)
         v = torch.where((m_ok >= 2) & bool(self.verify), m_ok, torch.zeros_like(m_ok))
+        v = v + (rescore_cost.to(dev)[rows].long() if rescore_cost is not None else 0)
         d = torch.minimum(depth[rows], bl // n.clamp(min=1) - v)
         cut = (d < 1) & (bl >= 2 * (1 + v))
         n = torch.where(cut, torch.minimum(n, bl // (1 + v)), n)
@@ -244,13 +284,13 @@ class Lookahead(Configurable):
         if not keep.any():
             return None
         return _Plan(rows=rows[keep], branch_pos=pos[keep], branch_ok=ok[keep], cand_tokens=cand_tokens[keep],
-                     cand_logp=cand_logp[keep], cand_ok=cand_ok[keep], depth=d[keep])
+                     cand_logp=cand_logp[keep], cand_ok=cand_ok[keep], depth=d[keep], hold=hold[keep])
 
-    # ------------------------------------------------------------------ 3-4: rollouts and ranking
+    # ------------------------------------------------------------------ 3-5: rollouts, joint scores, ranking
     def _rollout_and_rank(
         self, model: Any, x: torch.Tensor, attn: torch.Tensor, f: StepFeatures, commit: torch.Tensor,
         tokens: torch.Tensor, state: DecodeState, plan: _Plan, spent: torch.Tensor, controller: Any,
-    ) -> tuple[torch.Tensor, float]:
+    ) -> tuple[torch.Tensor, float, Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
         dev = x.device
         mask_id = int(state.mask_token_id)
         r_cnt, w = plan.cand_ok.shape
@@ -260,12 +300,13 @@ class Lookahead(Configurable):
         cand_j = flat % w
         cols = _window_index(f)[src]  # [N, W] the window's canvas columns, per candidate
         real = _window_valid(f)[src]
-        # starting window: controller commits + this candidate's branch tokens (all in window slots)
+        # the first step: controller commits + this candidate's branch tokens (none for the hold candidate)
         base_lp = _token_logprob(f, tokens)  # [B, W] log p of the step's tokens at the first forward
         win = torch.where(commit, tokens, x.gather(1, _window_index(f)))[src]
         lp_rec = torch.where(commit, base_lp, torch.zeros_like(base_lp))[src]
         lp_mask = commit[src].clone()
-        bpos, bok = plan.branch_pos[src_plan], plan.branch_ok[src_plan]
+        bpos = plan.branch_pos[src_plan]
+        bok = plan.branch_ok[src_plan] & ~plan.hold[src_plan, cand_j][:, None]
         btok = plan.cand_tokens[src_plan, cand_j]
         blp = plan.cand_logp[src_plan, cand_j]
         win.scatter_(1, bpos, torch.where(bok, btok, win.gather(1, bpos)))
@@ -275,9 +316,13 @@ class Lookahead(Configurable):
         depth = plan.depth[src_plan]
         attn_c = attn[src]
         canvas = x[src]
+        first_canvas = _write(canvas, cols, win, real)
+        first_logits: Optional[torch.Tensor] = None
+        has_first = torch.zeros(win.shape[0], dtype=torch.bool, device=dev)
         secs = 0.0
         if self.verify and bpos.shape[1] >= 2:
             secs += self._verify(model, canvas, cols, real, win, attn_c, bpos, bok, btok, lp_rec, src, spent, mask_id)
+        complete = bool(self.complete) or self.rescore == "pll"
         for t in range(int(depth.max())):
             open_ = ((win == mask_id) & region).any(1)
             act = ((depth > t) & open_).nonzero().squeeze(1)  # a finished rollout stops early
@@ -287,28 +332,47 @@ class Lookahead(Configurable):
             logits = window_logits(model, _write(canvas[act], cols[act], win[act], real[act]), attn_c[act], cols[act])
             secs += time.perf_counter() - t0
             spent.index_add_(0, src[act], torch.ones_like(act))
+            if t == 0:  # kept: the winner's is the loop's next forward
+                first_logits = logits.new_zeros((win.shape[0], *logits.shape[1:]))
+                first_logits[act] = logits
+                has_first[act] = True
             still = (win[act] == mask_id) & region[act]
-            logp = torch.log_softmax(logits.float(), dim=-1)
+            logp = torch.log_softmax(_no_mask(logits, mask_id).float(), dim=-1)
             best_lp, pred = logp.max(-1)
             if self.rollout == "controller" and controller is not None:
-                fill = self._controller_fill(controller, logits, still, win[act], src[act], f, state, t)
+                fill = self._controller_fill(controller, _no_mask(logits, mask_id), still, win[act], src[act], f,
+                                             state, t)
             else:
-                del logits
                 fill = self._policy_fill(best_lp.exp(), still)
             del logp
             last = depth[act] == t + 1
-            if self.complete:
+            if complete:
                 fill = fill | (still & last[:, None])
             fill = fill & still
             win[act] = torch.where(fill, pred, win[act])
             lp_rec[act] = torch.where(fill, best_lp, lp_rec[act])
             lp_mask[act] = lp_mask[act] | fill
+        if self.rescore == "pll":
+            t0 = time.perf_counter()
+            pll, cost = verification_logits(model, _write(canvas, cols, win, real), attn_c, cols, region & real)
+            secs += time.perf_counter() - t0
+            spent.index_add_(0, src, cost)
+            z = _no_mask(pll, mask_id).float()
+            joint = z.gather(-1, win.clamp(0, z.shape[-1] - 1).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, -1)
+            lp_rec = torch.where(region & real, joint, lp_rec)
+            lp_mask = region & real
         cands = _candidates(_write(canvas, cols, win, real), cols, real, lp_rec, lp_mask, f, src, state, mask_id, x)
         context = self._context(state, model)
         scores = self.get_scorer().score(cands, context)
         grid = torch.full((r_cnt, w), float("-inf"), device=dev)
         grid[src_plan, cand_j] = scores.to(dev).float()
-        return grid.argmax(1), secs
+        best = grid.argmax(1)
+        at = torch.full((r_cnt, w), -1, dtype=torch.long, device=dev)
+        at[src_plan, cand_j] = torch.arange(flat.numel(), device=dev)
+        pick = at[torch.arange(r_cnt, device=dev), best]
+        if first_logits is None:
+            return best, secs, None
+        return best, secs, (first_canvas[pick], first_logits[pick], has_first[pick])
 
     def _verify(self, model: Any, canvas: torch.Tensor, cols: torch.Tensor, real: torch.Tensor, win: torch.Tensor,
                 attn: torch.Tensor,
@@ -365,6 +429,11 @@ class Lookahead(Configurable):
 
 
 # ---------------------------------------------------------------------- helpers
+def _no_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """The mask token is never a prediction (as in the loop)."""
+    return suppress_mask_logit(logits, mask_id)
+
+
 def _stable_positions(key: torch.Tensor, ok: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The m highest ``key`` positions per row (ties: lower index), and which of them exist."""
     order = torch.argsort(key, dim=1, descending=True, stable=True)[:, :m]
@@ -440,66 +509,3 @@ def _candidates(canvas: torch.Tensor, cols: torch.Tensor, real: torch.Tensor, lp
     source = sample[src] if isinstance(sample, torch.Tensor) else src
     return Candidates(tokens=gen, source=source.long(), prompt_ids=prompt, prompt_mask=pmask,
                       decided=gen != mask_id, logprobs=lp_rec.gather(1, gidx), logprob_mask=lp_mask.gather(1, gidx))
-
-
-# ---------------------------------------------------------------------- the benchmark's entry point
-def lookahead_sweep(
-    loaded: Any, task: Any, controller: Any, config: Any, *, scorer: "Scorer | str" = "logprob",
-    widths: tuple[int, ...] = (2, 4), depths: tuple[int, ...] = (1, 2, 4), n: int = 100, split: str = "test",
-    batch_size: int = 50, include_baseline: bool = True, data_seed: int = 0, **lookahead_params: Any,
-) -> list[dict[str, Any]]:
-    """Accuracy, joint coherence, NFE and peak memory of ``controller`` as lookahead width/depth grow.
-
-    One row per setting (``width = depth = 0``: no lookahead), each decoding the same ``n``
-    examples of ``split`` with the same per-item seeds. ``depth`` caps the controller's
-    ``Decision.depth`` (``max_depth``), so use a controller that asks for deep lookahead (e.g.
-    ``confidence_ladder`` with ``d_max ≥ max(depths)``); ``config.lookahead_budget`` caps the extra
-    NFE per sample. Decoding gets ``extras`` with the tokenizer and each example's prompt text and
-    meta, so text scorers and ``compliance(numbers=meta)`` see them.
-
-    Row keys: ``width, depth, accuracy, nfe, lookahead_nfe, tpf, fallbacks, peak_mem_mb,
-    seconds`` and, for tasks with ``joint_coherence`` (pairs), ``valid_slots`` and
-    ``incoherent_slots`` (fractions of the answer slots).
-    """
-    from framework.core.measure import PeakMemory
-    from framework.engine.evaluate import item_seeds
-    from framework.engine.loop import decode
-
-    examples = task.examples(split, n, seed=data_seed)
-    tok = loaded.tokenizer
-    settings = [(0, 0)] if include_baseline else []
-    settings += [(w, d) for w in widths for d in depths]
-    rows = []
-    for w, d in settings:
-        la = None if w == 0 else Lookahead(scorer=scorer, width=w, max_depth=d,
-                                           context=ScoringContext(tokenizer=tok), **lookahead_params)
-        texts: list[str] = []
-        nfe, la_nfe, fb = [], [], []
-        t0 = time.perf_counter()
-        with PeakMemory(getattr(loaded.denoiser, "device", "cpu")) as pm:
-            for i in range(0, len(examples), batch_size):
-                chunk = examples[i : i + batch_size]
-                res = decode(loaded.denoiser, [tok.encode(e.prompt) for e in chunk], controller, config,
-                             seeds=item_seeds([e.id for e in chunk], config.seed), lookahead=la,
-                             extras={"tokenizer": tok, "prompt_text": [e.prompt for e in chunk],
-                                     "meta": [dict(e.meta, task=task.name) for e in chunk]})
-                texts += [tok.decode(g.tolist(), stop_at_eos=True) for g in res.generated]
-                nfe.append(res.nfe)
-                la_nfe.append(res.lookahead_nfe)
-                fb.append(res.fallbacks)
-        nfe_t = torch.cat(nfe).float()
-        row: dict[str, Any] = {
-            "width": w, "depth": d, "n": len(examples),
-            "accuracy": sum(task.score(e, t) for e, t in zip(examples, texts)) / max(1, len(examples)),
-            "nfe": float(nfe_t.mean()), "lookahead_nfe": float(torch.cat(la_nfe).float().mean()),
-            "tpf": float((config.gen_length / nfe_t.clamp(min=1)).mean()),
-            "fallbacks": int(torch.cat(fb).sum()), "peak_mem_mb": pm.peak_mb,
-            "seconds": time.perf_counter() - t0,
-        }
-        if hasattr(task, "joint_coherence"):
-            counts = [task.joint_coherence(e, t) for e, t in zip(examples, texts)]
-            slots = max(1, sum(c["slots"] for c in counts))
-            row["valid_slots"] = sum(c["valid"] for c in counts) / slots
-            row["incoherent_slots"] = sum(c["incoherent"] for c in counts) / slots
-        rows.append(row)
-    return rows

@@ -12,7 +12,14 @@ with an attention mask over the padding). Per sample the loop keeps the current 
 3. ``controller.decide`` -> :class:`framework.engine.controller.Decision`,
 4. optional lookahead (:mod:`framework.engine.lookahead`) replaces tokens at uncertain positions,
 5. commit (never outside ``eligible``; at least one token per unfinished row, so no stall),
-6. optional end-of-text fill: after a confident EOS, later masked positions become EOS.
+6. optional end-of-text fill: after a confident EOS, later masked positions become EOS,
+7. revocable decoding: decided positions the controller names in ``Decision.remask`` return to
+   the mask. Only positions this decode committed (``features.revocable``), each at most
+   ``remask_per_position`` times, at most ``remask_budget`` per sample; since every step commits
+   at least one masked position, a sample ends within ``gen_length + remask_budget`` steps.
+   A controller that ``verifies`` gets ``features.verify_prob``: each revocable slot's token
+   probability with the slot hidden (WINO's shadow block in the step's own forward where the
+   model has one and ``cache='none'``, else an extra verification forward, counted).
 
 A block finishes when none of its positions is masked; the next starts where it ended, with the
 controller's ``next_block_length`` if it gave one (CadLLM-style adaptive blocks).
@@ -28,7 +35,7 @@ import torch
 
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import Controller, DecodeState
-from framework.engine.denoise import CacheSession
+from framework.engine.denoise import CacheSession, suppress_mask_logit, supports_shadow, verification_logits
 from framework.engine.features import compute_features
 from framework.engine.selection import ensure_progress
 
@@ -41,7 +48,8 @@ class DecodeResult:
     ``nfe`` forward passes per sample (rollouts included), ``steps`` decoding steps per sample,
     ``lookahead_nfe`` the rollout part of ``nfe``, ``forced`` how many steps the loop had to add
     a token because the controller committed none, ``cache_refreshes`` the full forwards that
-    refreshed the KV cache (part of ``nfe``; ``None`` counts as 0 with ``cache='none'``).
+    refreshed the KV cache (part of ``nfe``; ``None`` counts as 0 with ``cache='none'``),
+    ``remasks`` the decided tokens returned to the mask per sample (revocable decoding).
     """
 
     tokens: torch.Tensor
@@ -51,6 +59,7 @@ class DecodeResult:
     steps: torch.Tensor
     lookahead_nfe: torch.Tensor
     forced: torch.Tensor
+    remasks: torch.Tensor | None = None
     forward_seconds: float = 0.0
     total_seconds: float = 0.0
     fallbacks: torch.Tensor | None = None
@@ -173,11 +182,18 @@ def decode(
     block_start = zeros()
     block_end = next_len.clone().clamp(max=G)
     block_masked_at_start = ((x == mask_id) & in_gen & (rel < block_end[:, None])).sum(1)  # = block_end unless `initial`
+    revocable = torch.zeros_like(x, dtype=torch.bool)  # positions this decode committed
+    remask_count = torch.zeros_like(x)
+    remasks = zeros()
+    verifies = bool(getattr(controller, "verifies", False))
+    shadow_step = verifies and config.cache == "none" and supports_shadow(model)
+    max_steps = G + 1 + config.effective_remask_budget  # ≥ 1 commit a step, ≤ budget re-masks a sample
+    pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # row -> (canvas, window logits) from a lookahead
     forward_s = 0.0
     records: list[dict[str, Any]] = []
     fallbacks = zeros()
 
-    for _ in range(G + 1):  # every step commits ≥ 1 token per unfinished row
+    for _ in range(max_steps):  # every step commits ≥ 1 token per unfinished row
         masked = (x == mask_id) & in_gen
         n_masked = masked.sum(1)
         unfinished = n_masked > 0
@@ -208,8 +224,21 @@ def decode(
         xs = sub(x)
         w_tok = xs.gather(1, w_cols)
         eligible = (w_tok == mask_id) & valid
+        rev_w = sub(revocable).gather(1, w_cols) & valid & (w_tok != mask_id)
         t0 = time.perf_counter()
-        logits = session.logits(x, attn, rows, w_cols, valid, sub(block_index), sub(lengths))
+        shadow = None
+        reused = _reusable(pending, rows, xs, w_cols, blen) & (not shadow_step)
+        if shadow_step:  # one forward gives the window and the shadow block
+            logits, shadow = model.shadow_logits(xs, sub(attn), w_cols)
+        elif reused.any():  # the lookahead already ran these rows' forward on this very canvas
+            logits = _with_reused(pending, rows, reused, width, lambda run: session.logits(
+                x, attn, rows[run], w_cols[run], valid[run], sub(block_index)[run], sub(lengths)[run]))
+        else:
+            logits = session.logits(x, attn, rows, w_cols, valid, sub(block_index), sub(lengths))
+        pending = {}  # spent, or stale: every unfinished row is decoded this step
+        if verifies and not shadow_step:
+            shadow, cost = verification_logits(model, xs, sub(attn), w_cols, rev_w)
+            nfe[rows] += cost
         forward_s += time.perf_counter() - t0
         logits = suppress_mask_logit(logits, mask_id)
         feats = compute_features(
@@ -229,6 +258,9 @@ def decode(
             window_index=w_cols,
             n_masked=sub(n_masked),
         )
+        feats.revocable = rev_w
+        if shadow is not None:
+            feats.verify_prob = _token_prob(suppress_mask_logit(shadow, mask_id), w_tok, rev_w)
         state.extras["canvas"] = w_tok
         state.extras["generation"] = xs.gather(1, sub(gen_index))
         sub_state = state if full else state.rows(rows)
@@ -245,6 +277,9 @@ def decode(
             tokens, commit = la.tokens, la.commit & feats.eligible
             la_nfe[rows] += la.extra_nfe
             nfe[rows] += la.extra_nfe
+            if la.next_rows is not None:
+                for i, r in enumerate(la.next_rows.tolist()):
+                    pending[int(rows[r])] = (la.next_canvas[i], w_cols[r, : int(blen[r])], la.next_logits[i])
             fallbacks[rows] += la.fallback.long()
             forward_s += la.forward_seconds
 
@@ -258,11 +293,25 @@ def decode(
             own_conf = torch.where(tokens == feats.x0, feats.confidence, torch.zeros_like(feats.confidence))
             trigger = (commit & (tokens == int(eos_id)) & (own_conf >= config.eos_fill_threshold)).any(1)
             xs = _eos_fill(xs, trigger, sub(rel), sub(in_gen), mask_id, int(eos_id))
+        rev_s = sub(revocable)
+        rev_s[r_idx, w_cols[r_idx, c_idx]] = True
+        if decision.remask is not None:
+            budget = config.effective_remask_budget - sub(remasks)
+            rm = decision.remask.bool() & rev_w & ~commit
+            rm &= sub(remask_count).gather(1, w_cols) < config.remask_per_position
+            rm &= rm.long().cumsum(1) <= budget[:, None]  # the first ones, in window order
+            q_idx, s_idx = rm.nonzero(as_tuple=True)
+            cols = w_cols[q_idx, s_idx]
+            xs[q_idx, cols] = mask_id
+            rev_s[q_idx, cols] = False
+            remask_count[rows[q_idx], cols] += 1
+            remasks[rows] += rm.sum(1)
         if full:
-            x = xs
+            x, revocable = xs, rev_s
         else:
             x[rows] = xs
-        nfe[rows] += 1
+            revocable[rows] = rev_s
+        nfe[rows] += (~reused).long()
         steps[rows] += 1
         block_step[rows] += 1
         if decision.next_block_length is not None:
@@ -272,6 +321,10 @@ def decode(
             canvas_commit[r_idx, w_cols[r_idx, c_idx]] = True
             rec = {"rows": rows.cpu(), "commits": commit.sum(1).cpu(), "commit": canvas_commit.cpu(),
                    "block_start": bs.cpu(), "block_end": sub(block_end).cpu()}
+            if decision.remask is not None:
+                canvas_rm = torch.zeros(rows.numel(), L, dtype=torch.bool, device=device)
+                canvas_rm[q_idx, cols] = True
+                rec["remask"] = canvas_rm.cpu()
             rec.update({k: v.detach().cpu() for k, v in decision.info.items()})
             records.append(rec)
 
@@ -284,6 +337,7 @@ def decode(
         steps=steps,
         lookahead_nfe=la_nfe,
         forced=forced,
+        remasks=remasks,
         forward_seconds=forward_s,
         total_seconds=time.perf_counter() - t_start,
         fallbacks=fallbacks,
@@ -292,13 +346,40 @@ def decode(
     )
 
 
-def suppress_mask_logit(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """The mask token is never a prediction (MDLM's zero-masking parameterisation): its logit becomes
-    the dtype's lowest finite value (probability 0, and no ``0 · -inf`` in the entropy)."""
-    if 0 <= mask_id < logits.shape[-1]:
-        logits = logits.clone() if not logits.is_contiguous() or logits.requires_grad else logits
-        logits[..., mask_id] = torch.finfo(logits.dtype).min
-    return logits
+def _reusable(pending: dict, rows: torch.Tensor, xs: torch.Tensor, cols: torch.Tensor,
+              blen: torch.Tensor) -> torch.Tensor:
+    """Rows ``[b]`` whose window logits a lookahead already computed on exactly this canvas."""
+    hit = torch.zeros(rows.numel(), dtype=torch.bool, device=rows.device)
+    for i, r in enumerate(rows.tolist()):
+        got = pending.get(r)
+        if got is not None and torch.equal(got[0], xs[i]) and torch.equal(got[1], cols[i, : int(blen[i])]):
+            hit[i] = True
+    return hit
+
+
+def _with_reused(pending: dict, rows: torch.Tensor, reused: torch.Tensor, width: int, run_forward: Any) -> torch.Tensor:
+    """Window logits ``[b, W, V]``: the pending ones where ``reused``, a forward for the other rows."""
+    run = (~reused).nonzero().squeeze(1)
+    ran = run_forward(run) if run.numel() else None
+    first = pending[int(rows[int(reused.nonzero()[0])])][2]
+    out = first.new_empty((rows.numel(), width, first.shape[-1]))
+    if ran is not None:
+        out[run] = ran.to(out.dtype)
+    for i in reused.nonzero().squeeze(1).tolist():
+        lg = pending[int(rows[i])][2][: pending[int(rows[i])][1].numel()]
+        n = min(width, lg.shape[0])
+        out[i, :n] = lg[:n]
+        out[i, n:] = lg[n - 1]  # padding slots repeat the last column, as a forward would
+    return out
+
+
+def _token_prob(logits: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
+    """p(tokens) under ``logits`` ``[b, W, V]`` at ``where`` ``[b, W]``, NaN elsewhere."""
+    if logits.shape[-1] == 1 or not where.any():
+        return torch.full(tokens.shape, float("nan"), device=tokens.device)
+    z = logits.float()
+    lp = z.gather(-1, tokens.clamp(0, z.shape[-1] - 1).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, -1)
+    return torch.where(where, lp.exp(), torch.full_like(lp, float("nan")))
 
 
 def _eos_fill(

@@ -107,9 +107,10 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
                 f"max_len={self.config.max_len}"
             )
         mask = None
-        if key_mask is not None:
+        if key_mask is not None:  # [B, S], or [B, T, S] per query (the shadow block)
             km = key_mask.bool()
-            mask = (km | ~km.any(-1, keepdim=True))[:, None, None, :]  # a row with no real key stays finite
+            km = km | ~km.any(-1, keepdim=True)  # a query with no real key stays finite
+            mask = km[:, None, None, :] if km.dim() == 2 else km[:, None]
         if self.allowed is not None:  # structured attention, by canvas position of query and key
             n_keys = cache.length if cache is not None else t
             key_pos = (torch.arange(n_keys, device=input_ids.device).expand(b, n_keys) if cache is not None

@@ -8,7 +8,11 @@ that reach the LM head), and gets from this mixin
 * the plain protocol: ``model(input_ids, attention_mask) -> logits [B, L, V]``;
 * ``window_logits(x, attention_mask, out_cols, cache=, query_cols=, query_valid=, use_cache=)``:
   logits ``[B, W, V]`` at canvas columns ``out_cols`` only, from a full forward (optionally
-  returning a fresh cache: the refresh) or from the query columns against the cache.
+  returning a fresh cache: the refresh) or from the query columns against the cache;
+* ``shadow_logits(x, attention_mask, out_cols)``: the same window logits and, from the same
+  forward, WINO's **shadow block**: a mask token at each window column that sees every real
+  column except its own, so its logits are the column's prediction with the column hidden
+  (the verification of a decided token; ``supports_shadow`` is False for shifted models).
 
 Positions are canvas columns: the loop pads rows on the right and masks the padding out of the
 keys, so a row's positions and attention are those of its single run (a batch of N equals N
@@ -76,3 +80,37 @@ class WindowedDenoiser:
         logits, cache = self.core(x.gather(1, query_cols), position_ids=query_cols, key_mask=key_mask, cache=cache,
                                   write_positions=query_cols, write_valid=valid, output_positions=rows)
         return logits, cache
+
+    @property
+    def supports_shadow(self) -> bool:
+        """Whether :meth:`shadow_logits` is available (not for shifted, Dream-style models)."""
+        return not self.logits_shift
+
+    def shadow_logits(self, x: Tensor, attention_mask: Optional[Tensor], out_cols: Tensor) -> tuple[Tensor, Tensor]:
+        """Window logits ``[B, W, V]`` at ``out_cols`` and shadow logits ``[B, W, V]``, in one forward.
+
+        The input is the canvas followed by W mask tokens (the shadow block, WINO arXiv 2507.18578)
+        at the positions ``out_cols``: real columns attend to the real columns only (so the window
+        logits equal :meth:`window_logits`'), shadow slot j to itself and every real column but
+        ``out_cols[:, j]``. Shadow slot j thus predicts column j as if it were masked, the other
+        columns unchanged (exactly at the first layer; deeper layers see real states that saw the
+        column's token, as in WINO).
+        """
+        if self.logits_shift:
+            raise NotImplementedError(f"{type(self).__name__} shifts its logits; the shadow block needs an unshifted model")
+        b, l = x.shape
+        w = out_cols.shape[1]
+        dev = x.device
+        real = (torch.ones(b, l, dtype=torch.bool, device=dev) if attention_mask is None
+                else attention_mask.bool())
+        mask_id = int(getattr(self, "mask_token_id"))
+        ids = torch.cat([x, torch.full((b, w), mask_id, dtype=x.dtype, device=dev)], dim=1)
+        pos = torch.cat([torch.arange(l, device=dev).expand(b, l), out_cols], dim=1)
+        km = torch.zeros(b, l + w, l + w, dtype=torch.bool, device=dev)
+        km[:, :l, :l] = real[:, None, :]
+        own = torch.zeros(b, w, l, dtype=torch.bool, device=dev).scatter_(2, out_cols[:, :, None], True)
+        km[:, l:, :l] = real[:, None, :] & ~own
+        km[:, l:, l:] = torch.eye(w, dtype=torch.bool, device=dev)
+        rows = torch.cat([out_cols, l + torch.arange(w, device=dev).expand(b, w)], dim=1)
+        logits, _ = self.core(ids, position_ids=pos, key_mask=km, output_positions=rows)
+        return logits[:, :w], logits[:, w:]

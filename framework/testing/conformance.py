@@ -37,6 +37,11 @@ The checks (:func:`controller_checks` yields them in this order), all on small t
                           none-confident toys, and decoding finishes.
 ``decided_positions``     commits ⊆ ``features.eligible``; prompt and committed tokens never change.
 ``semi_ar_blocks``        all of the above hold inside semi-autoregressive blocks.
+``revocable_bounds``      revocable decoding: ``Decision.remask`` only names ``features.revocable``
+                          slots; a decided token changes only back to the mask (``decided_positions``);
+                          with ``remask_budget=2, remask_per_position=1`` a sample re-masks at most
+                          2 tokens, ends within ``gen_length + 2`` steps with nothing masked; a
+                          controller that does not declare ``revocable`` re-masks nothing.
 
 Hooks a controller class may define:
 
@@ -303,10 +308,13 @@ def check_decided_positions(cls_or_name: Any, block_length: Optional[int] = None
         for prompt, seed in zip(PROMPTS, SEEDS):
             rec = _Recorder(_context_toy())
             result, _ = _run(_make(cls), rec, [prompt], config, [seed])
-            frames = rec.canvases + [result.tokens]
+            frames = [c for c in rec.canvases if c.shape[0] == 1] + [result.tokens]  # not batched probes
             n = len(prompt)
+            revocable = bool(getattr(cls, "revocable", False))
             for t, (before, after) in enumerate(zip(frames, frames[1:])):
                 decided = before != rec.mask_token_id
+                if revocable:  # re-masking is allowed; a token never turns into another one directly
+                    decided &= after != rec.mask_token_id
                 if not torch.equal(before[decided], after[decided]) or before[0, :n].tolist() != list(prompt):
                     _fail(f"prompt {list(prompt)}: a decided token changed between forward {t} and {t + 1}: "
                           f"{before[0].tolist()} -> {after[0].tolist()}")
@@ -324,6 +332,25 @@ def check_semi_ar_blocks(cls_or_name: Any) -> None:
     check_batch_invariance(cls, block_length=2)
 
 
+def check_revocable_bounds(cls_or_name: Any) -> None:
+    """Re-masks stay within the loop's bounds and decoding still finishes; others re-mask nothing."""
+    cls = _resolve(cls_or_name)
+    revocable = bool(getattr(cls, "revocable", False))
+    for base in _configs() + _configs(block_length=4):
+        config = DecodeConfig(**{**base.get_params(), "remask_budget": 2, "remask_per_position": 1})
+        result, spy = _run(_make(cls), _context_toy(), PROMPTS, config, SEEDS)
+        if spy.problems["subset"] or spy.problems["fields"]:
+            _fail(f"with {config!r}: " + "; ".join(spy.problems["subset"] + spy.problems["fields"]))
+        remasks = result.remasks if result.remasks is not None else torch.zeros_like(result.nfe)
+        if not revocable and int(remasks.sum()):
+            _fail(f"re-masked {remasks.tolist()} tokens without declaring revocable = True")
+        if (remasks > 2).any() or (result.steps > G + 2).any():
+            _fail(f"with remask_budget=2: remasks {remasks.tolist()}, steps {result.steps.tolist()} "
+                  f"(at most 2 and {G + 2})")
+        if (result.generated == _context_toy().mask_token_id).any():
+            _fail(f"with {config!r}, decoding ended with masked positions left: {result.generated.tolist()}")
+
+
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("params_declared", check_params_declared),
     ("param_validation", check_param_validation),
@@ -336,6 +363,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("progress", check_progress),
     ("decided_positions", check_decided_positions),
     ("semi_ar_blocks", check_semi_ar_blocks),
+    ("revocable_bounds", check_revocable_bounds),
 )
 
 

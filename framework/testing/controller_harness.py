@@ -78,6 +78,11 @@ class _Spy:
         self.steps: list[dict[str, torch.Tensor]] = []
         self.problems: dict[str, list[str]] = {"fields": [], "subset": [], "progress": []}
 
+    def __getattr__(self, name: str) -> Any:  # the loop reads class flags (verifies, revocable) through the spy
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
     def _note(self, kind: str, msg: str) -> None:
         if len(self.problems[kind]) < 3:
             self.problems[kind].append(f"step {len(self.steps)}: {msg}")
@@ -140,6 +145,14 @@ class _Spy:
             if v is not None and (v.shape != (b,) or v.dtype not in (torch.long, torch.int32) or (v < low).any()):
                 self._note("fields", f"{name} must be an integer tensor of shape {(b,)} with values ≥ {low}, got "
                                      f"{tuple(v.shape)} {v.dtype} {v.tolist()}")
+        if d.remask is not None:
+            if not isinstance(d.remask, torch.Tensor) or d.remask.shape != (b, l) or d.remask.dtype != torch.bool:
+                self._note("fields", f"remask must be a bool tensor of shape {(b, l)}")
+            elif not getattr(self.inner, "revocable", False) and d.remask.any():
+                self._note("fields", "returns Decision.remask but does not declare revocable = True")
+            elif f.revocable is not None and (d.remask & ~f.revocable).any():
+                self._note("subset", "re-masked a position that is not revocable (masked, prompt, or not "
+                                     "committed by this decode); only features.revocable slots may be re-masked")
         for key, v in d.info.items():
             if not isinstance(v, torch.Tensor) or v.dim() == 0 or v.shape[0] != b:
                 self._note("fields", f"info[{key!r}] must be a per-sample tensor with leading dimension {b}")

@@ -125,7 +125,10 @@ def test_eos_fill_works_with_every_baseline(name, block_length):
         assert fill.generated.tolist() == full.generated.tolist() == [ANSWER, ANSWER]
         assert (fill.nfe <= full.nfe).all()
         saved.append(bool(((fill.nfe < full.nfe) | (full.nfe <= 4)).all()))
-        assert fill.nfe.tolist() == [len(steps(fill, b)) for b in (0, 1)]
+        if CONTROLLERS.get(name).verifies:  # on a plain toy each verification probe is a forward too
+            assert all(int(fill.nfe[b]) >= len(steps(fill, b)) for b in (0, 1))
+        else:
+            assert fill.nfe.tolist() == [len(steps(fill, b)) for b in (0, 1)]
     assert any(saved)
     for b in (0, 1):  # once position 3's EOS is in, nothing after it is ever decoded
         s = steps(fill, b)

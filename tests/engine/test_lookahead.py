@@ -62,12 +62,18 @@ def test_lookahead_picks_the_joint_mode_where_greedy_provably_loses():
     m = garden()
     plain = decode(m, [PROMPT], ladder(), cfg)
     assert m.joint(plain.generated).item() == pytest.approx(0.21)
+    m = garden()
     res = decode(m, [PROMPT], ladder(), cfg, lookahead=Lookahead(scorer="logprob", width=3))
     assert res.generated.tolist() == [[1, 5, 6]]  # b z e, the joint mode
     assert m.joint(res.generated).item() == pytest.approx(0.37)
-    # step 1: 3 candidates at the first position, each finishes its block in one rollout forward
-    assert res.lookahead_nfe.tolist() == [3] and res.nfe.tolist() == [2 + 3]
-    assert res.fallbacks.tolist() == [0]
+    # step 1: candidates hold / a / b; hold's rollout needs 2 forwards (it fills one position, then
+    # completes), a's and b's 1 each; the pseudo-likelihood re-scoring probes 3 positions of each of
+    # the 3 on this plain toy (no shadow block); step 2 reuses b's first rollout forward
+    assert res.lookahead_nfe.tolist() == [4 + 9] and res.nfe.tolist() == [1 + 13] and res.steps.tolist() == [2]
+    assert res.fallbacks.tolist() == [0] and int(res.nfe.sum()) == m.rows_seen
+    m2 = garden()
+    res2 = decode(m2, [PROMPT], ladder(), cfg, lookahead=Lookahead(scorer="logprob", width=3, rescore="none"))
+    assert res2.generated.tolist() == [[1, 5, 6]] and res2.nfe.tolist() == [1 + 4] and m2.rows_seen == 5
 
 
 def test_nfe_counts_every_rollout_forward_exactly():
@@ -77,7 +83,57 @@ def test_nfe_counts_every_rollout_forward_exactly():
                  lookahead=Lookahead(scorer="logprob", width=3, rollout="sequential", complete=False))
     assert res.lookahead_nfe.min() > 0
     assert int(res.nfe.sum()) == m.rows_seen  # every row of every forward, rollouts included
-    assert torch.equal(res.nfe, res.steps + res.lookahead_nfe)
+    assert (res.nfe <= res.steps + res.lookahead_nfe).all()  # a reused rollout forward is not run again
+
+
+def test_the_step_after_a_lookahead_reuses_the_winners_first_forward():
+    # without the hold candidate and re-scoring: step 1 runs 1 forward + 3 rollouts (a, b, c, one
+    # forward each, on canvases [a|b|c, M, e]); b wins, and step 2 decodes [b, M, e], the canvas
+    # b's rollout already ran: no forward, so 2 steps cost 4 forwards, not 5
+    m = garden()
+    la = Lookahead(scorer="logprob", width=3, hold=False, rescore="none")
+    res = decode(m, [PROMPT], ladder(), DecodeConfig(gen_length=3), lookahead=la)
+    assert res.generated.tolist() == [[1, 5, 6]]
+    assert res.steps.tolist() == [2] and res.lookahead_nfe.tolist() == [3]
+    assert res.nfe.tolist() == [4] and m.rows_seen == 4
+    # the reused logits decide exactly what a fresh forward would: same tokens as with no reuse possible
+    fresh = decode(garden(), [PROMPT], ladder(), DecodeConfig(gen_length=3, cache="none"),
+                   lookahead=Lookahead(scorer="logprob", width=3, hold=False, rescore="none", max_depth=1))
+    assert fresh.generated.tolist() == res.generated.tolist()
+
+
+class PreferCandidate(Scorer):
+    """Test scorer: the ``which``-th candidate of each group wins (0 = the hold candidate)."""
+
+    params: dict = {}
+
+    def __init__(self, which: int = 0) -> None:
+        self.which = which
+
+    def _score(self, c, ctx):
+        rank = torch.zeros(c.tokens.shape[0])
+        for src in c.source.unique():
+            rows = (c.source == src).nonzero().squeeze(1)
+            rank[rows] = -1.0
+            rank[rows[min(self.which, rows.numel() - 1)]] = 0.0
+        return rank
+
+
+def test_branch_position_is_committed_only_when_the_winning_rollout_commits_it():
+    m = garden()
+    x = torch.tensor([[7, 9, 9, 9]])
+    f = _features(m, x)
+    commit = torch.tensor([[False, False, False, True]])  # the controller commits e (slot 3)
+    d = Decision(commit=commit, k=torch.tensor([[1, 3, 3, 1]]), depth=torch.tensor([1]))
+    state = DecodeState(config=DecodeConfig(gen_length=3), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=9)
+    held = Lookahead(scorer=PreferCandidate(0), width=3).refine(m, x, torch.ones_like(x), f, d, commit, f.x0, state,
+                                                                torch.tensor([64]))
+    assert held.commit.tolist() == commit.tolist()  # the hold rollout won: slot 1 (the branch) stays masked
+    assert int(held.info["held"][0]) == 1
+    took = Lookahead(scorer=PreferCandidate(2), width=3).refine(m, x, torch.ones_like(x), f, d, commit, f.x0, state,
+                                                                torch.tensor([64]))
+    assert took.commit.tolist() == [[False, True, False, True]] and int(took.tokens[0, 1]) == 1  # b
+    assert int(took.info["held"][0]) == 0
 
 
 def test_batch_of_samples_equals_single_runs():
@@ -92,8 +148,8 @@ def test_batch_of_samples_equals_single_runs():
 @pytest.mark.parametrize("budget, expected_extra", [(0, 0), (1, 0), (2, 2), (3, 3), (64, 3)])
 def test_budget_caps_extra_nfe_per_sample(budget, expected_extra):
     m = garden()
-    res = decode(m, [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3, lookahead_budget=budget),
-                 lookahead=Lookahead(scorer="logprob", width=3))
+    la = Lookahead(scorer="logprob", width=3, hold=False, rescore="none")
+    res = decode(m, [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3, lookahead_budget=budget), lookahead=la)
     assert res.lookahead_nfe.tolist() == [expected_extra] * 2
     assert int(res.nfe.sum()) == m.rows_seen
     if budget < 2:  # too little for two candidates: plain decoding
@@ -101,6 +157,11 @@ def test_budget_caps_extra_nfe_per_sample(budget, expected_extra):
         assert res.generated.tolist() == plain.generated.tolist()
     if budget == 2:  # two candidates (a, b) of depth 1: b still wins
         assert res.generated.tolist() == [[1, 5, 6]] * 2
+    # with re-scoring, a candidate costs its rollout and 3 probes: 6 affords nothing, 64 everything
+    m2 = garden()
+    res2 = decode(m2, [PROMPT], ladder(), DecodeConfig(gen_length=3, lookahead_budget=budget),
+                  lookahead=Lookahead(scorer="logprob", width=3, hold=False))
+    assert int(res2.lookahead_nfe[0]) <= budget and int(res2.nfe.sum()) == m2.rows_seen
 
 
 def test_depth_is_bounded_by_budget_over_width():
@@ -128,7 +189,7 @@ def test_fallback_keeps_decoding_when_the_scorer_raises(caplog):
     m = garden()
     with caplog.at_level(logging.WARNING, logger="framework.engine.lookahead"):
         res = decode(m, [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3),
-                     lookahead=Lookahead(scorer=Exploding(), width=3))
+                     lookahead=Lookahead(scorer=Exploding(), width=3, hold=False, rescore="none"))
     plain = decode(garden(), [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3))
     assert res.generated.tolist() == plain.generated.tolist()  # the controller's own decision, nothing lost
     assert (res.fallbacks > 0).all()
@@ -148,7 +209,8 @@ class RaisesInRollouts(Branchy):
 
 def test_fallback_keeps_decoding_when_the_rollout_controller_raises(caplog):
     cfg = DecodeConfig(gen_length=3)
-    ok = decode(garden(), [PROMPT], Branchy(), cfg, lookahead=Lookahead(scorer="logprob", width=3, rollout="controller"))
+    ok = decode(garden(), [PROMPT], Branchy(), cfg,
+                lookahead=Lookahead(scorer="logprob", width=3, rollout="controller", hold=False))
     assert ok.generated.tolist() == [[1, 5, 6]] and ok.fallbacks.tolist() == [0]
     m = garden()
     with caplog.at_level(logging.WARNING, logger="framework.engine.lookahead"):
@@ -184,6 +246,16 @@ def test_rollouts_never_touch_the_controllers_memory():
     assert all(torch.equal(before[k], state.memory[k]) for k in before)
 
 
+def _features(m, x):
+    from framework.engine.features import compute_features
+
+    g = x.shape[1] - 1
+    return compute_features(m(x), eligible=x == 9, masked=x == 9, rel=torch.arange(x.shape[1])[None] - 1, gen_length=g,
+                            block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), g),
+                            block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), g),
+                            step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+
+
 def test_candidate_set_design_top_alternatives_joint_and_capped():
     m = garden()
     x = torch.tensor([[7, 9, 9, 9]])
@@ -196,10 +268,13 @@ def test_candidate_set_design_top_alternatives_joint_and_capped():
     commit = torch.tensor([[False, False, False, True]])
     k = torch.tensor([[1, 3, 3, 1]])
     d = Decision(commit=commit, k=k, depth=torch.tensor([1]))
-    p1 = Lookahead(width=3, positions=1).plan(f, d, commit, torch.tensor([64]))
+    p1 = Lookahead(width=3, positions=1, hold=False).plan(f, d, commit, torch.tensor([64]))
     assert p1.branch_pos.tolist() == [[1]]  # tied margins: the lower position
     assert p1.cand_tokens.tolist() == [[[0], [1], [2]]]  # a, b, c by probability
-    p2 = Lookahead(width=4, positions=2).plan(f, d, commit, torch.tensor([64]))
+    ph = Lookahead(width=3, positions=1).plan(f, d, commit, torch.tensor([64]))
+    assert ph.hold.tolist() == [[True, False, False]]  # the hold candidate first, then a and b
+    assert ph.cand_tokens.tolist()[0][1:] == [[0], [1]]
+    p2 = Lookahead(width=4, positions=2, hold=False).plan(f, d, commit, torch.tensor([64]))
     assert p2.branch_pos.tolist() == [[1, 2]]
     # joint assignments ranked by summed log-probability: (a,x) first, then (a,z) / (b,x), then (b,z)
     assert p2.cand_tokens.tolist()[0][0] == [0, 3]
@@ -207,7 +282,7 @@ def test_candidate_set_design_top_alternatives_joint_and_capped():
     assert p2.cand_tokens.tolist()[0][3] == [1, 5]
     # k = 2 at one position caps its alternatives
     d2 = Decision(commit=commit, k=torch.tensor([[1, 2, 3, 1]]), depth=torch.tensor([1]))
-    p3 = Lookahead(width=9, positions=2).plan(f, d2, commit, torch.tensor([64]))
+    p3 = Lookahead(width=9, positions=2, hold=False).plan(f, d2, commit, torch.tensor([64]))
     assert int(p3.cand_ok.sum()) == 6
     assert Lookahead(width=3).plan(f, Decision(commit=commit, k=torch.ones_like(k), depth=torch.tensor([1])),
                                    commit, torch.tensor([64])) is None  # nothing uncertain: no lookahead
@@ -216,13 +291,14 @@ def test_candidate_set_design_top_alternatives_joint_and_capped():
 def test_two_branch_positions_find_the_joint_mode_through_pseudo_likelihood():
     m = garden()
     res = decode(m, [PROMPT], ladder(), DecodeConfig(gen_length=3),
-                 lookahead=Lookahead(scorer="logprob", width=9, positions=2))
+                 lookahead=Lookahead(scorer="logprob", width=9, positions=2, hold=False, rescore="none"))
     assert res.generated.tolist() == [[1, 5, 6]]
     # 9 joint candidates × 2 verification forwards; nothing is left to roll out
     assert res.lookahead_nfe.tolist() == [18] and int(res.nfe.sum()) == m.rows_seen
     # without verification the branch tokens keep their marginals: (a, x) wins the product 0.42²
     res2 = decode(garden(), [PROMPT], ladder(), DecodeConfig(gen_length=3),
-                  lookahead=Lookahead(scorer="logprob", width=9, positions=2, verify=False))
+                  lookahead=Lookahead(scorer="logprob", width=9, positions=2, verify=False, hold=False,
+                                      rescore="none"))
     assert res2.generated.tolist() == [[0, 3, 6]]
 
 
@@ -231,6 +307,8 @@ def test_lookahead_parameters_validate():
         Lookahead.build(width=0)
     with pytest.raises(ParameterError, match="rollout='beam'"):
         Lookahead.build(rollout="beam")
+    with pytest.raises(ParameterError, match="rescore='joint'.*pll"):
+        Lookahead.build(rescore="joint")
     la = Lookahead.build(scorer="logprob:0.5,repetition:1", width=2)
     assert la.get_scorer().display_name() == "hybrid"
 
@@ -317,7 +395,7 @@ def test_cli_scorer_option_builds_the_lookahead():
 
 
 def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
-    from framework.engine.lookahead import lookahead_sweep
+    from framework.engine.lookahead_sweep import lookahead_sweep
     from framework.models.protocol import LoadedModel
     from framework.models.tiny import TinyConfig, TinyDenoiser
     from framework.tasks.base import get_task

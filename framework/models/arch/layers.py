@@ -283,12 +283,12 @@ class MaskedDiffusionLM(nn.Module):
             raise ValueError(f"position_ids must be [B, T] = [{B}, {T}], got {tuple(position_ids.shape)}")
         mask = None
         if key_mask is not None:
-            if key_mask.shape != (B, S):
-                raise ValueError(f"key_mask must be [B, S] = [{B}, {S}] (S = {'cache length' if cache else 'T'}), "
-                                 f"got {tuple(key_mask.shape)}")
+            if key_mask.shape not in ((B, S), (B, T, S)):
+                raise ValueError(f"key_mask must be [B, S] = [{B}, {S}] or per query [B, T, S] "
+                                 f"(S = {'cache length' if cache else 'T'}), got {tuple(key_mask.shape)}")
             km = key_mask.to(torch.bool)
-            km = km | ~km.any(dim=-1, keepdim=True)  # a row with no real key: attend everywhere, stay finite
-            mask = km[:, None, None, :]
+            km = km | ~km.any(dim=-1, keepdim=True)  # a query with no real key: attend everywhere, stay finite
+            mask = km[:, None, None, :] if km.dim() == 2 else km[:, None]
         write_rows = None
         if cache is not None and write_valid is not None:  # one host sync per forward, not per layer
             write_rows = write_valid.to(torch.bool).nonzero(as_tuple=True)

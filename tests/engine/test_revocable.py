@@ -1,0 +1,170 @@
+"""Revocable decoding: the shadow block, WINO's and ReMDM's exact decisions, the loop's re-mask bounds."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from framework.core.params import ParameterError
+from framework.engine.config import DecodeConfig
+from framework.engine.controller import Controller, Decision
+from framework.engine.controller_io import build_controller
+from framework.engine.denoise import verification_logits, window_logits
+from framework.engine.loop import decode
+from framework.engine.selection import select_topk
+from framework.models.tiny import TinyConfig, TinyDenoiser
+from framework.testing.toys import JointDenoiser
+
+# a, b, c, x, y, z, e = 0..6 (as in test_lookahead): p(first) a .42 b .37 c .21, p(second) x .42 z .37 y .21
+GARDEN = dict(answers=[[0, 3, 6], [0, 4, 6], [2, 3, 6], [1, 5, 6]], weights=[0.21, 0.21, 0.21, 0.37],
+              vocab_size=10, prompt_length=1)
+PROMPT = [7]
+
+
+def tiny(n_layers: int = 1) -> TinyDenoiser:
+    torch.manual_seed(0)
+    cfg = TinyConfig(vocab_size=20, mask_token_id=19, pad_token_id=0, eos_token_id=2, max_len=40, d_model=32,
+                     n_layers=n_layers, n_heads=2, d_ff=64)
+    return TinyDenoiser(cfg).eval()
+
+
+def _own_llada(tmp_path, n_layers: int):
+    build = Path(__file__).resolve().parents[1] / "fixtures" / "real_format" / "build.py"
+    spec = importlib.util.spec_from_file_location("_adec_build_revocable", build)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    from framework.models.arch import load_architecture
+    from framework.models.own import OwnArchitectureDenoiser
+
+    arch = load_architecture(module.build_llada(tmp_path / "ckpt", seed=3, n_layers=n_layers, init_std=0.3))
+    return OwnArchitectureDenoiser(arch, mask_token_id=arch.mask_token_id, vocab_size=arch.vocab_size,
+                                   eos_token_id=arch.eos_token_id, pad_token_id=arch.pad_token_id)
+
+
+# ---------------------------------------------------------------------- the shadow block
+@pytest.mark.parametrize("which", ["tiny", "llada"])
+def test_shadow_block_predicts_each_column_as_if_it_were_masked(which, tmp_path):
+    # with one layer the shadow slot sees exactly the keys a masked column would: equal to a probe forward
+    model = tiny(1) if which == "tiny" else _own_llada(tmp_path, 1)
+    mask = int(model.mask_token_id)
+    torch.manual_seed(1)
+    x = torch.randint(3, 18, (2, 14))
+    x[1, 12:] = int(model.pad_token_id)
+    attn = torch.ones_like(x)
+    attn[1, 12:] = 0  # a padded row: its padding is no key of the shadow either
+    cols = torch.arange(6, 12).expand(2, 6)
+    win, shadow = model.shadow_logits(x, attn, cols)
+    assert torch.allclose(win, window_logits(model, x, attn, cols), atol=1e-5)
+    for j in range(6):
+        probe = x.clone()
+        probe[:, 6 + j] = mask
+        want = window_logits(model, probe, attn, cols[:, j:j + 1])[:, 0]
+        assert torch.allclose(shadow[:, j], want, atol=1e-5), j
+    # the engine's helper: one shadow forward per probing row; a plain model pays one forward per probe
+    probe_mask = torch.tensor([[True, False, True, False, False, False], [False] * 6])
+    _, cost = verification_logits(model, x, attn, cols, probe_mask)
+    assert cost.tolist() == [1, 0]
+
+
+def test_deeper_shadow_differs_from_a_probe_so_the_test_above_can_fail():
+    model = tiny(2)
+    x = torch.randint(3, 18, (1, 14))
+    cols = torch.arange(6, 12)[None]
+    _, shadow = model.shadow_logits(x, torch.ones_like(x), cols)
+    probe = x.clone()
+    probe[0, 6] = 19
+    assert not torch.allclose(shadow[:, 0], window_logits(model, probe, torch.ones_like(x), cols[:, :1])[:, 0],
+                              atol=1e-4)
+
+
+# ---------------------------------------------------------------------- WINO and ReMDM decisions
+def test_wino_drafts_low_and_remasks_what_fails_verification():
+    # canvas columns: prompt 0, generation 1-3. Step 1 commits e (p 1 ≥ τ₁). Step 2: a/x tie at .42
+    # < τ₁, so the best one, a (column 1). Step 3 on [a, M, e]: a with its column hidden has p .42 <
+    # τ₂ = .5: re-masked, while x|a (.5) is committed. Step 4 on [M, x, e]: x hidden has p .42:
+    # re-masked, a|x (.5) committed. The two flip until a reaches remask_per_position = 2 (step 5);
+    # step 6 commits y|a (.5 = τ₂, kept). A designed oscillation that only the loop's bound ends.
+    m = JointDenoiser(**GARDEN)
+    wino = build_controller("wino", draft_threshold=0.9, verify_threshold=0.5, progress_guard=False)
+    res = decode(m, [PROMPT], wino, DecodeConfig(gen_length=3), trace=True)
+    assert [r["commit"][0].nonzero().squeeze(1).tolist() for r in res.trace] == [[3], [1], [2], [1], [2], [1]]
+    assert [r["remask"][0].nonzero().squeeze(1).tolist() for r in res.trace] == [[], [], [1], [2], [1], []]
+    assert res.generated.tolist() == [[0, 4, 6]] and res.remasks.tolist() == [3]
+    # NFE: 6 steps plus one probe forward per verified token (0+1+2+2+2+2 = 9): no shadow block here
+    assert res.nfe.tolist() == [15] and int(res.nfe.sum()) == m.rows_seen
+    # with the progress guard a step that commits one token re-masks none: plain one-at-a-time decoding
+    guarded = decode(JointDenoiser(**GARDEN), [PROMPT], build_controller("wino", draft_threshold=0.9,
+                                                                          verify_threshold=0.5), DecodeConfig(gen_length=3))
+    assert guarded.remasks.tolist() == [0] and guarded.steps.tolist() == [3]
+
+
+def test_wino_verifies_inside_the_steps_own_forward_on_a_model_with_a_shadow_block():
+    model = tiny(2)
+    wino = build_controller("wino", draft_threshold=0.9, verify_threshold=0.99, progress_guard=False)
+    res = decode(model, [[3, 4, 5], [6, 7]], wino, DecodeConfig(gen_length=12, block_length=6))
+    assert (res.nfe == res.steps).all() and int(res.remasks.sum()) > 0  # one forward a step, re-masks happen
+    cached = decode(model, [[3, 4, 5], [6, 7]], wino, DecodeConfig(gen_length=12, block_length=6, cache="dual"))
+    assert (cached.nfe > cached.steps).all()  # with a cache the shadow block is its own forward, counted
+
+
+def test_remdm_remasks_the_least_confident_earlier_token_and_is_seeded():
+    m = JointDenoiser(**GARDEN)
+    ctrl = build_controller("remdm", threshold=0.9, eta=1.0, start=0.0, max_per_step=1)
+    res = decode(m, [PROMPT] * 3, ctrl, DecodeConfig(gen_length=3), seeds=[0, 1, 2], trace=True)
+    assert (res.generated != m.mask_token_id).all() and (res.remasks >= 1).any()
+    for r in res.trace:  # σ = η·(1 − ψ) is 0 for e (committed at p = 1, canvas column 3): never re-masked
+        assert not r["remask"][:, 3].any()
+    again = decode(JointDenoiser(**GARDEN), [PROMPT] * 3, ctrl, DecodeConfig(gen_length=3), seeds=[0, 1, 2])
+    assert torch.equal(again.generated, res.generated) and torch.equal(again.nfe, res.nfe)
+
+
+# ---------------------------------------------------------------------- the loop's bounds
+class Flipper(Controller):
+    """Adversarial: commits one token a step and re-masks every revocable one, forever if allowed."""
+
+    revocable = True
+    params: dict = {}
+
+    def __init__(self) -> None:
+        pass
+
+    def decide(self, f, state):
+        commit = select_topk(f.confidence, f.eligible, 1)
+        return Decision(commit=commit, remask=f.revocable.clone())
+
+
+@pytest.mark.parametrize("budget, per_position", [(None, 2), (5, 2), (0, 2), (50, 1)])
+def test_remasking_terminates_on_an_adversarial_controller(budget, per_position):
+    g = 3
+    m = JointDenoiser(**GARDEN)
+    cfg = DecodeConfig(gen_length=g, remask_budget=budget, remask_per_position=per_position)
+    res = decode(m, [PROMPT, PROMPT], Flipper(), cfg)
+    r = cfg.effective_remask_budget
+    assert (res.generated != m.mask_token_id).all()  # it ended, fully decided
+    cap = min(r, g * per_position)  # the per-sample budget, or every position's own cap
+    assert (res.remasks <= cap).all() and ((res.remasks > 0) == (cap > 0)).all()
+    assert torch.equal(res.steps, g + res.remasks)  # one commit a step: G + re-masks steps, within G + budget
+    assert (res.steps <= g + r).all() and int(res.nfe.sum()) == m.rows_seen
+
+
+def test_remask_bounds_are_validated():
+    with pytest.raises(ParameterError, match="remask_budget=-1"):
+        DecodeConfig(remask_budget=-1).validate()
+    with pytest.raises(ParameterError, match="remask_per_position=-2"):
+        DecodeConfig(remask_per_position=-2).validate()
+    with pytest.raises(ParameterError, match="draft_threshold=1.5"):
+        build_controller("wino", draft_threshold=1.5)
+    with pytest.raises(ParameterError, match="max_per_step=-1"):
+        build_controller("remdm", max_per_step=-1)
+
+
+def test_a_controller_that_does_not_revoke_decodes_exactly_as_before():
+    m = JointDenoiser(**GARDEN)
+    a = decode(m, [PROMPT], build_controller("fast_dllm", threshold=0.5), DecodeConfig(gen_length=3))
+    b = decode(m, [PROMPT], build_controller("fast_dllm", threshold=0.5), DecodeConfig(gen_length=3, remask_budget=0))
+    assert torch.equal(a.generated, b.generated) and torch.equal(a.nfe, b.nfe) and a.remasks.tolist() == [0]
