@@ -13,14 +13,17 @@ averaged over seeds (peak memory: the maximum). Per task the report shows
   peak memory``, sorted by AUP (the rows of a curve together, by tokens per forward);
 * the matched-accuracy table (:mod:`experiments.matched`): each curve's most parallel point no more
   than 1 point below the reference, and issue 12's targets (baseline spread, oracle room), met or not;
-  the headline counts the tasks that meet both.
+  the headline counts the tasks that meet both;
+* lookahead and revocable decoding against the same controller without them
+  (:mod:`experiments.against_base`): accuracy at equal NFE, tokens per forward at equal accuracy,
+  and issue 14's targets.
 
 ``docs/benchmark.json`` is ``{"rows": [...], "tasks": {...}}``: ``rows`` are objects with at least
 ``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
 ``ms_per_token``, ``peak_mem_mb``, ``aup`` (its curve's); ``tasks`` maps each task's name (``exp /
 task`` when several experiments are reported) to ``{"experiment", "task", "quality_metric",
-"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched"}`` (``matched``:
-:func:`experiments.matched.matched_points`); ``matched`` counts the tasks meeting the targets
+"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched", "against_base"}``
+(``matched``: :func:`experiments.matched.matched_points`; ``against_base``: :func:`experiments.against_base.compare`); ``matched`` counts the tasks meeting the targets
 (:func:`experiments.matched.matched_summary`); ``published`` lists
 the experiment files' ``published`` tables (:mod:`experiments.published`), shown in the markdown after
 the headline: ``{"experiment", "title", "source", "note", "columns": {title: task}, "rows": [{"label",
@@ -40,6 +43,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from experiments.aup import task_aup
+from experiments.against_base import compare, compare_markdown, compare_summary
 from experiments.matched import matched_markdown, matched_points, matched_summary, summary_line
 from experiments.plots import KIND_COLOURS, KIND_ORDER, curves_of, pareto_front, plot_task, quality_label
 from experiments.published import published_tables
@@ -254,6 +258,7 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
         for r in trows:
             r["aup"] = scores["aup"].get(r["curve"])
         scores["matched"] = matched_points(trows, scores["aup"])
+        scores["against_base"] = compare(trows, scores["aup"])
         oracles = {r["curve"] for r in trows if r["kind"] == "oracle"}
         best_aup = max(((c, v) for c, v in scores["aup"].items() if c not in oracles), key=lambda kv: kv[1],
                        default=None)
@@ -261,7 +266,7 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
                   f"{_row_text(h['best'])}; oracle bound: {_row_text(h['oracle'])}; highest AUP: "
                   + (f"{best_aup[0]} ({best_aup[1]:.1f})" if best_aup else scores["note"] or "–"))
     matched = matched_summary(tasks)
-    md += [summary_line(matched), ""]
+    md += [summary_line(matched)] + ([line] if (line := compare_summary(tasks)) else []) + [""]
     published_md, published = published_tables(runs, rows, multi)
     md += published_md
     for (exp, task), trows in by_task.items():
@@ -295,6 +300,7 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
             md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
         md.append("")
         md += matched_markdown(name, scores["matched"], trows[0]["quality_metric"])
+        md += compare_markdown(name, scores["against_base"])
     md += ["## Reading the table", "",
            "- *quality*: the task's own score (exact match; for Sudoku any valid completion; for pairs every slot a "
            "valid phrase) unless the task names another metric (free text: generative perplexity under a small "

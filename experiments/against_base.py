@@ -1,0 +1,156 @@
+"""Lookahead and revocable decoding against the same controller without them (issue 14).
+
+A **variant** curve is compared with its **base** curve on the same task:
+
+* a curve labelled ``"X + …"`` (``margin_topk + lookahead``) has base ``X`` when that is a curve of
+  the task; a temperature label keeps its suffix (``margin_topk (T=1) + lookahead`` → ``margin_topk (T=1)``);
+* a curve of a revocable controller (``wino``, ``remdm``: ``Controller.revocable``) has base
+  ``fast_dllm`` with the same suffix (``wino (T=1)`` → ``fast_dllm (T=1)``): without re-masking both
+  are Fast-dLLM's threshold rule.
+
+Each variant point is matched against the base curve's points without interpolation:
+
+* **at equal NFE**: the base's best accuracy among its points with NFE ≤ the variant's; Δ in points;
+* **at equal accuracy**: the base's most tokens per forward among its points with accuracy ≥ the
+  variant's; the variant's tokens per forward over it.
+
+Issue 14's targets, per task: some lookahead or revocable point gains ≥ 5 points at equal NFE or
+reaches ≥ 1.2× tokens per forward at equal accuracy (goal: two tasks); no lookahead point loses more
+than 1 point at equal NFE; WINO's curve has a higher AUP than Fast-dLLM's (goal: one task).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Optional, Sequence
+
+GAIN_POINTS = 5.0
+TPF_RATIO = 1.2
+LOOKAHEAD_LOSS = 1.0
+_SUFFIX = re.compile(r"^(?P<stem>.*?)(?P<suffix> \(T=[^)]*\))?$")
+
+
+def _revocable(controller: Optional[str]) -> bool:
+    if not controller:
+        return False
+    try:
+        from framework.engine.controller import CONTROLLERS
+
+        return bool(getattr(CONTROLLERS.get(controller), "revocable", False))
+    except Exception:  # noqa: BLE001 - an unknown controller is simply no revocable one
+        return False
+
+
+def base_of(curve: str, controller: Optional[str], curves: set[str]) -> Optional[str]:
+    """The base curve of ``curve`` among ``curves`` (see the module doc), or ``None``."""
+    if " + " in curve:
+        head = curve.split(" + ", 1)[0]
+        if head in curves and head != curve:
+            return head
+    if _revocable(controller):
+        m = _SUFFIX.match(curve.split(" + ", 1)[0])
+        base = "fast_dllm" + ((m.group("suffix") or "") if m else "")
+        if base in curves:
+            return base
+    return None
+
+
+def _best_acc_within(base: Sequence[dict], nfe: float) -> Optional[dict]:
+    pts = [p for p in base if p["nfe"] <= nfe + 1e-9]
+    return max(pts, key=lambda p: (p["accuracy"], -p["nfe"])) if pts else None
+
+
+def _best_tpf_reaching(base: Sequence[dict], acc: float) -> Optional[dict]:
+    pts = [p for p in base if p["accuracy"] >= acc - 1e-9]
+    return max(pts, key=lambda p: (p["tpf"], p["accuracy"])) if pts else None
+
+
+def compare(rows: Sequence[dict], aups: Optional[dict] = None) -> dict[str, Any]:
+    """One task's comparison: ``{"points": [...], "targets": {...}}`` (rows of one task)."""
+    aups = aups or {}
+    curves = {r["curve"] for r in rows}
+    by_curve: dict[str, list[dict]] = {}
+    for r in rows:
+        by_curve.setdefault(r["curve"], []).append(r)
+    points = []
+    for curve, pts in by_curve.items():
+        base = base_of(curve, pts[0].get("controller"), curves)
+        if base is None:
+            continue
+        kind = "lookahead" if any(p.get("lookahead") for p in pts) else "revocable"
+        for p in sorted(pts, key=lambda q: q["tpf"]):
+            eq_nfe = _best_acc_within(by_curve[base], p["nfe"])
+            eq_acc = _best_tpf_reaching(by_curve[base], p["accuracy"])
+            points.append({
+                "variant": p["strategy"], "curve": curve, "base": base, "kind": kind,
+                "accuracy": p["accuracy"], "nfe": p["nfe"], "tpf": p["tpf"],
+                "base_at_nfe": eq_nfe["strategy"] if eq_nfe else None,
+                "base_acc_at_nfe": eq_nfe["accuracy"] if eq_nfe else None,
+                "delta_points": 100.0 * (p["accuracy"] - eq_nfe["accuracy"]) if eq_nfe else None,
+                "base_at_acc": eq_acc["strategy"] if eq_acc else None,
+                "base_tpf_at_acc": eq_acc["tpf"] if eq_acc else None,
+                "tpf_ratio": p["tpf"] / eq_acc["tpf"] if eq_acc and eq_acc["tpf"] else None,
+            })
+    gains = [q for q in points if (q["delta_points"] or -math.inf) >= GAIN_POINTS - 1e-9
+             or (q["tpf_ratio"] or 0.0) >= TPF_RATIO - 1e-9]
+    losses = [q for q in points if q["kind"] == "lookahead" and q["delta_points"] is not None
+              and q["delta_points"] < -LOOKAHEAD_LOSS - 1e-9]
+    wino = {c: aups[c] for c in curves if c.startswith("wino") and c in aups}
+    wins = [c for c, v in wino.items() if (b := base_of(c, "wino", curves)) and b in aups and v > aups[b]]
+    return {"points": points, "targets": {
+        "gain": {"met": bool(gains), "by": [q["variant"] for q in gains]},
+        "lookahead_no_loss": {"met": not losses, "checked": sum(q["kind"] == "lookahead" for q in points),
+                              "by": [q["variant"] for q in losses]},
+        "wino_over_fast_dllm": {"met": bool(wins), "by": wins,
+                                "aups": {c: (v, aups.get(base_of(c, "wino", curves) or "")) for c, v in wino.items()}},
+    }}
+
+
+def _f(v: Any, digits: int, signed: bool = False) -> str:
+    if not isinstance(v, (int, float)) or not math.isfinite(v):
+        return "–"
+    return f"{v:+.{digits}f}" if signed else f"{v:.{digits}f}"
+
+
+def compare_markdown(name: str, result: dict) -> list[str]:
+    """The task's section: the table and the three target lines (empty without variants)."""
+    if not result["points"]:
+        return []
+    md = [f"### {name}: lookahead and revocable decoding against their base", "",
+          "Each point against its base curve, unmatched by interpolation: at equal NFE the base's best accuracy "
+          "with no more NFE; at equal accuracy the base's most tokens per forward with at least that accuracy.", "",
+          "| variant | base | accuracy | NFE | tokens/forward | base at ≤ NFE | Δ accuracy (points) "
+          "| base at ≥ accuracy | tokens/forward ratio |", "|---|---|---|---|---|---|---|---|---|"]
+    for q in result["points"]:
+        vals = [q["variant"], q["base"], _f(q["accuracy"], 3), _f(q["nfe"], 2), _f(q["tpf"], 2),
+                f"{q['base_at_nfe'] or '–'} ({_f(q['base_acc_at_nfe'], 3)})", _f(q["delta_points"], 1, signed=True),
+                f"{q['base_at_acc'] or '–'} ({_f(q['base_tpf_at_acc'], 2)})", _f(q["tpf_ratio"], 2)]
+        md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
+    t = result["targets"]
+    mark = lambda ok: "✓" if ok else "✗"  # noqa: E731
+    md += ["", f"- a gain (≥ +{GAIN_POINTS:g} points at equal NFE or ≥ {TPF_RATIO:g}× tokens per forward at equal "
+               f"accuracy): {', '.join(t['gain']['by']) or 'none'} {mark(t['gain']['met'])}",
+           f"- lookahead never more than {LOOKAHEAD_LOSS:g} point below its base at equal NFE "
+           f"({t['lookahead_no_loss']['checked']} points): "
+           + (f"below: {', '.join(t['lookahead_no_loss']['by'])}" if t['lookahead_no_loss']['by'] else "none below")
+           + f" {mark(t['lookahead_no_loss']['met'])}",
+           "- WINO's AUP over Fast-dLLM's: "
+           + ("; ".join(f"{c} {_f(v, 1)} vs {_f(b, 1)}" for c, (v, b) in t["wino_over_fast_dllm"]["aups"].items())
+              or "no WINO curve") + f" {mark(t['wino_over_fast_dllm']['met'])}", ""]
+    return md
+
+
+def compare_summary(tasks: dict[str, dict]) -> str:
+    """One headline line over the tasks' ``against_base`` entries."""
+    have = {n: t["against_base"] for n, t in tasks.items() if t.get("against_base", {}).get("points")}
+    if not have:
+        return ""
+    gain = [n for n, r in have.items() if r["targets"]["gain"]["met"]]
+    loss = [n for n, r in have.items() if not r["targets"]["lookahead_no_loss"]["met"]]
+    wino = [n for n, r in have.items() if r["targets"]["wino_over_fast_dllm"]["met"]]
+    return (f"- **Lookahead and revocable decoding** (issue 14's targets, against the same controller without them): "
+            f"a gain on {len(gain)} of {len(have)} task(s){': ' + ', '.join(gain) if gain else ''} (goal: 2); "
+            f"lookahead more than 1 point below its base at equal NFE on {len(loss)}"
+            f"{': ' + ', '.join(loss) if loss else ''} (goal: none); WINO's AUP above Fast-dLLM's on {len(wino)}"
+            f"{': ' + ', '.join(wino) if wino else ''} (goal: 1)")

@@ -1,0 +1,57 @@
+"""Lookahead and revocable variants against their base curve: pairing, matching without interpolation,
+issue 14's three targets."""
+
+from __future__ import annotations
+
+import controllers  # noqa: F401  (registers wino / remdm)
+from experiments.against_base import base_of, compare, compare_markdown, compare_summary
+
+
+def row(curve, strategy, acc, nfe, controller="margin_topk", lookahead=None, g=81):
+    return {"curve": curve, "strategy": strategy, "accuracy": acc, "nfe": nfe, "tpf": g / nfe,
+            "controller": controller, "lookahead": lookahead}
+
+
+def test_base_pairs_by_label_and_by_revocable_controller():
+    curves = {"margin_topk", "margin_topk (T=1)", "fast_dllm", "fast_dllm (T=1)", "wino", "wino (T=1)"}
+    assert base_of("margin_topk + lookahead", "margin_topk", curves) == "margin_topk"
+    assert base_of("margin_topk (T=1) + lookahead", "margin_topk", curves) == "margin_topk (T=1)"
+    assert base_of("wino", "wino", curves) == "fast_dllm"
+    assert base_of("wino (T=1)", "wino", curves) == "fast_dllm (T=1)"
+    assert base_of("entropy_topk", "entropy_topk", curves) is None  # neither a "+" label nor revocable
+    assert base_of("eb + lookahead", "eb", curves) is None  # its base is not on the task
+
+
+def test_points_are_matched_without_interpolation_and_targets_judged():
+    la = {"scorer": "logprob"}
+    rows = [row("margin_topk", "m (0.99)", 0.70, 20.0), row("margin_topk", "m (0.9)", 0.45, 6.0),
+            row("margin_topk + lookahead", "m+la (0.9)", 0.52, 12.0, lookahead=la),  # +7 at NFE ≤ 12 (vs 0.45)
+            row("margin_topk + lookahead", "m+la (0.7)", 0.30, 5.5, lookahead=la),  # no base point at NFE ≤ 5.5; 1.09×
+            row("fast_dllm", "f (0.99)", 0.70, 10.0, "fast_dllm"), row("fast_dllm", "f (0.9)", 0.35, 4.0, "fast_dllm"),
+            row("wino", "w (0.99)", 0.70, 8.0, "wino"),  # same accuracy, 10/8 = 1.25× tokens per forward
+            row("wino", "w (0.9)", 0.20, 4.5, "wino")]  # 15 points below f (0.9) at NFE ≤ 4.5
+    out = compare(rows, aups={"wino": 700.0, "fast_dllm": 650.0})
+    by = {q["variant"]: q for q in out["points"]}
+    assert set(by) == {"m+la (0.9)", "m+la (0.7)", "w (0.99)", "w (0.9)"}
+    assert by["m+la (0.9)"]["base_at_nfe"] == "m (0.9)" and abs(by["m+la (0.9)"]["delta_points"] - 7.0) < 1e-9
+    assert by["m+la (0.7)"]["delta_points"] is None and by["m+la (0.7)"]["base_at_acc"] == "m (0.9)"
+    assert abs(by["w (0.99)"]["tpf_ratio"] - 1.25) < 1e-9 and by["w (0.99)"]["kind"] == "revocable"
+    assert abs(by["w (0.9)"]["delta_points"] + 15.0) < 1e-9  # revocable losses do not count against lookahead
+    t = out["targets"]
+    assert t["gain"]["met"] and set(t["gain"]["by"]) == {"m+la (0.9)", "w (0.99)"}
+    assert t["lookahead_no_loss"]["met"] and t["lookahead_no_loss"]["checked"] == 2
+    assert t["wino_over_fast_dllm"]["met"] and t["wino_over_fast_dllm"]["by"] == ["wino"]
+    md = "\n".join(compare_markdown("sudoku9", out))
+    assert "+7.0" in md and "1.25" in md and md.count("✓") == 3
+    # a lookahead point 2 points below its base at equal NFE fails the second target
+    rows.append(row("margin_topk + lookahead", "m+la (0.99)", 0.68, 25.0, lookahead=la))
+    worse = compare(rows, aups={"wino": 600.0, "fast_dllm": 650.0})
+    assert not worse["targets"]["lookahead_no_loss"]["met"] and worse["targets"]["lookahead_no_loss"]["by"] == ["m+la (0.99)"]
+    assert not worse["targets"]["wino_over_fast_dllm"]["met"]
+    line = compare_summary({"a": {"against_base": worse}, "b": {"against_base": {"points": []}}})
+    assert "a gain on 1 of 1 task(s): a" in line and "below its base at equal NFE on 1: a" in line
+
+
+def test_a_task_without_variants_has_no_section():
+    out = compare([row("margin_topk", "m", 0.7, 10.0)])
+    assert out["points"] == [] and compare_markdown("t", out) == []
