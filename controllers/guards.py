@@ -65,6 +65,14 @@ class _Wrapper(Controller):
     def stochastic(self) -> bool:  # type: ignore[override]
         return bool(getattr(self.inner_controller(), "stochastic", False))
 
+    @property
+    def revocable(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.inner_controller(), "revocable", False))
+
+    @property
+    def verifies(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.inner_controller(), "verifies", False))
+
     def reset(self, state: DecodeState) -> None:
         super().reset(state)
         self._inner.reset(state)

@@ -76,9 +76,10 @@ def compare(rows: Sequence[dict], aups: Optional[dict] = None) -> dict[str, Any]
     points = []
     for curve, pts in by_curve.items():
         base = base_of(curve, pts[0].get("controller"), curves)
-        if base is None:
-            continue
-        kind = "lookahead" if any(p.get("lookahead") for p in pts) else "revocable"
+        looks = any(p.get("lookahead") for p in pts)
+        if base is None or not (looks or _revocable(pts[0].get("controller"))):
+            continue  # e.g. "fast_dllm + eos_fill": a variant, but neither lookahead nor revocable
+        kind = "lookahead" if looks else "revocable"
         for p in sorted(pts, key=lambda q: q["tpf"]):
             eq_nfe = _best_acc_within(by_curve[base], p["nfe"])
             eq_acc = _best_tpf_reaching(by_curve[base], p["accuracy"])

@@ -112,6 +112,9 @@ class Lookahead(Configurable):
             pseudo-likelihood rather than by a product of marginals.
         hold: include the candidate that commits only the controller's decision (the branch
             positions stay masked); without it a branch token is always committed.
+        hold_bonus: added to the hold candidate's score, so committing a branch token must win by
+            more than this (scores lie in [−1, 0] per scorer weight): a guard against rollouts that
+            look coherent only because they were conditioned on the guess.
         rescore: ``pll`` scores completed rollouts by the pseudo-likelihood of the block (one
             forward per candidate with a shadow block); ``none`` by the recorded probabilities.
         context: a :class:`framework.engine.scorer.ScoringContext` (tokenizer, prompt texts, meta);
@@ -127,6 +130,7 @@ class Lookahead(Configurable):
         "complete": Param(bool, doc="fill the rest of the block greedily after the last rollout step"),
         "verify": Param(bool, doc="with positions ≥ 2, re-score branch tokens by pseudo-likelihood (m NFE)"),
         "hold": Param(bool, doc="include the candidate that leaves the branch positions masked"),
+        "hold_bonus": Param(float, low=0.0, doc="added to the hold candidate's score (a branch commit must win by more)"),
         "rescore": Param(str, choices=RESCORES, doc="joint score of completed rollouts: pll | none"),
     }
 
@@ -141,6 +145,7 @@ class Lookahead(Configurable):
         complete: bool = True,
         verify: bool = True,
         hold: bool = True,
+        hold_bonus: float = 0.0,
         rescore: str = "pll",
         context: Optional[ScoringContext] = None,
     ) -> None:
@@ -153,6 +158,7 @@ class Lookahead(Configurable):
         self.complete = complete
         self.verify = verify
         self.hold = hold
+        self.hold_bonus = hold_bonus
         self.rescore = rescore
         self.context = context
 
@@ -365,7 +371,7 @@ class Lookahead(Configurable):
         context = self._context(state, model)
         scores = self.get_scorer().score(cands, context)
         grid = torch.full((r_cnt, w), float("-inf"), device=dev)
-        grid[src_plan, cand_j] = scores.to(dev).float()
+        grid[src_plan, cand_j] = scores.to(dev).float() + float(self.hold_bonus) * plan.hold[src_plan, cand_j].float()
         best = grid.argmax(1)
         at = torch.full((r_cnt, w), -1, dtype=torch.long, device=dev)
         at[src_plan, cand_j] = torch.arange(flat.numel(), device=dev)

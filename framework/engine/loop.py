@@ -277,7 +277,7 @@ def decode(
             tokens, commit = la.tokens, la.commit & feats.eligible
             la_nfe[rows] += la.extra_nfe
             nfe[rows] += la.extra_nfe
-            if la.next_rows is not None:
+            if getattr(la, "next_rows", None) is not None:  # a duck-typed lookahead may not offer a reuse
                 for i, r in enumerate(la.next_rows.tolist()):
                     pending[int(rows[r])] = (la.next_canvas[i], w_cols[r, : int(blen[r])], la.next_logits[i])
             fallbacks[rows] += la.fallback.long()

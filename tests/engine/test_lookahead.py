@@ -134,6 +134,10 @@ def test_branch_position_is_committed_only_when_the_winning_rollout_commits_it()
                                                                 torch.tensor([64]))
     assert took.commit.tolist() == [[False, True, False, True]] and int(took.tokens[0, 1]) == 1  # b
     assert int(took.info["held"][0]) == 0
+    # a hold bonus larger than the winner's lead keeps the branch masked
+    guarded = Lookahead(scorer=PreferCandidate(2), width=3, hold_bonus=1.5).refine(
+        m, x, torch.ones_like(x), f, d, commit, f.x0, state, torch.tensor([64]))
+    assert guarded.commit.tolist() == commit.tolist() and int(guarded.info["held"][0]) == 1
 
 
 def test_batch_of_samples_equals_single_runs():

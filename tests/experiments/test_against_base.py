@@ -29,7 +29,8 @@ def test_points_are_matched_without_interpolation_and_targets_judged():
             row("margin_topk + lookahead", "m+la (0.7)", 0.30, 5.5, lookahead=la),  # no base point at NFE ≤ 5.5; 1.09×
             row("fast_dllm", "f (0.99)", 0.70, 10.0, "fast_dllm"), row("fast_dllm", "f (0.9)", 0.35, 4.0, "fast_dllm"),
             row("wino", "w (0.99)", 0.70, 8.0, "wino"),  # same accuracy, 10/8 = 1.25× tokens per forward
-            row("wino", "w (0.9)", 0.20, 4.5, "wino")]  # 15 points below f (0.9) at NFE ≤ 4.5
+            row("wino", "w (0.9)", 0.20, 4.5, "wino"),  # 15 points below f (0.9) at NFE ≤ 4.5
+            row("fast_dllm + eos_fill", "f+e", 0.99, 3.0, "fast_dllm")]  # neither lookahead nor revocable: left out
     out = compare(rows, aups={"wino": 700.0, "fast_dllm": 650.0})
     by = {q["variant"]: q for q in out["points"]}
     assert set(by) == {"m+la (0.9)", "m+la (0.7)", "w (0.99)", "w (0.9)"}
