@@ -188,7 +188,7 @@ def decode(
     verifies = bool(getattr(controller, "verifies", False))
     shadow_step = verifies and config.cache == "none" and supports_shadow(model)
     max_steps = G + 1 + config.effective_remask_budget  # ≥ 1 commit a step, ≤ budget re-masks a sample
-    pending: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # row -> (canvas, window logits) from a lookahead
+    pending: dict[int, tuple[torch.Tensor, ...]] = {}  # row -> (canvas, window columns, logits) from a lookahead
     forward_s = 0.0
     records: list[dict[str, Any]] = []
     fallbacks = zeros()
@@ -350,6 +350,8 @@ def _reusable(pending: dict, rows: torch.Tensor, xs: torch.Tensor, cols: torch.T
               blen: torch.Tensor) -> torch.Tensor:
     """Rows ``[b]`` whose window logits a lookahead already computed on exactly this canvas."""
     hit = torch.zeros(rows.numel(), dtype=torch.bool, device=rows.device)
+    if not pending:  # no lookahead ran last step: no host sync, no loop
+        return hit
     for i, r in enumerate(rows.tolist()):
         got = pending.get(r)
         if got is not None and torch.equal(got[0], xs[i]) and torch.equal(got[1], cols[i, : int(blen[i])]):
