@@ -152,10 +152,18 @@ def supports_shadow(model: Any) -> bool:
     return supports_cache(model) and bool(getattr(model, "supports_shadow", False)) and hasattr(model, "shadow_logits")
 
 
+def token_logprob(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log p(tokens) ``[...]`` under ``logits`` ``[..., V]``, in float32 (the token's logit less the
+    log-sum-exp: no log-softmax over the vocabulary is kept)."""
+    z = logits.float()
+    return z.gather(-1, tokens.clamp(0, z.shape[-1] - 1).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, -1)
+
+
 def verification_logits(model: Any, x: torch.Tensor, attn: torch.Tensor, cols: torch.Tensor,
-                        probe: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+                        probe: torch.Tensor) -> tuple[Optional[torch.Tensor], torch.Tensor]:
     """Logits ``[b, W, V]`` of each window column ``cols`` with that column hidden (rows of the
-    ``probe`` ``[b, W]`` slots are meaningful), and the forwards this cost per row ``[b]``.
+    ``probe`` ``[b, W]`` slots are meaningful; ``None`` when nothing is probed), and the forwards
+    this cost per row ``[b]``.
 
     A model with the shadow block runs it as one extra forward (1 per row that probes). Any other
     denoiser gets the exact version: one canvas per probed slot with that slot masked, batched,
@@ -163,19 +171,16 @@ def verification_logits(model: Any, x: torch.Tensor, attn: torch.Tensor, cols: t
     """
     b, w = cols.shape
     cost = torch.zeros(b, dtype=torch.long, device=x.device)
-    rows_any = probe.any(1)
+    if not probe.any():
+        return None, cost
     if supports_shadow(model):
-        out = None
-        idx = rows_any.nonzero().squeeze(1)
-        if idx.numel():
-            _, sh = model.shadow_logits(x[idx], attn[idx], cols[idx])
-            out = sh.new_zeros((b, *sh.shape[1:]))
-            out[idx] = sh
-            cost[idx] = 1
-        return (out if out is not None else torch.zeros(b, w, 1, device=x.device)), cost
+        idx = probe.any(1).nonzero().squeeze(1)
+        _, sh = model.shadow_logits(x[idx], attn[idx], cols[idx])
+        out = sh.new_zeros((b, *sh.shape[1:]))
+        out[idx] = sh
+        cost[idx] = 1
+        return out, cost
     r, j = probe.nonzero(as_tuple=True)
-    if r.numel() == 0:
-        return torch.zeros(b, w, 1, device=x.device), cost
     canvas = x[r].clone()
     canvas[torch.arange(r.numel(), device=x.device), cols[r, j]] = int(model.mask_token_id)
     at = window_logits(model, canvas, attn[r], cols[r, j][:, None])[:, 0]  # [n, V]

@@ -55,7 +55,8 @@ import torch
 
 from framework.core.params import Configurable, Param, ParameterError
 from framework.engine.controller import Decision, DecodeState
-from framework.engine.denoise import suppress_mask_logit, supports_shadow, verification_logits, window_logits
+from framework.engine.denoise import (suppress_mask_logit, supports_shadow, token_logprob, verification_logits,
+                                     window_logits)
 from framework.engine.features import StepFeatures, compute_features
 from framework.engine.scorer import Candidates, Scorer, ScoringContext
 from framework.engine.selection import ensure_progress, select_topk
@@ -343,11 +344,11 @@ class Lookahead(Configurable):
                 first_logits[act] = logits
                 has_first[act] = True
             still = (win[act] == mask_id) & region[act]
-            logp = torch.log_softmax(_no_mask(logits, mask_id).float(), dim=-1)
+            logits = suppress_mask_logit(logits, mask_id)
+            logp = torch.log_softmax(logits.float(), dim=-1)
             best_lp, pred = logp.max(-1)
             if self.rollout == "controller" and controller is not None:
-                fill = self._controller_fill(controller, _no_mask(logits, mask_id), still, win[act], src[act], f,
-                                             state, t)
+                fill = self._controller_fill(controller, logits, still, win[act], src[act], f, state, t)
             else:
                 fill = self._policy_fill(best_lp.exp(), still)
             del logp
@@ -363,10 +364,9 @@ class Lookahead(Configurable):
             pll, cost = verification_logits(model, _write(canvas, cols, win, real), attn_c, cols, region & real)
             secs += time.perf_counter() - t0
             spent.index_add_(0, src, cost)
-            z = _no_mask(pll, mask_id).float()
-            joint = z.gather(-1, win.clamp(0, z.shape[-1] - 1).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, -1)
-            lp_rec = torch.where(region & real, joint, lp_rec)
-            lp_mask = region & real
+            if pll is not None:
+                lp_rec = torch.where(region & real, token_logprob(suppress_mask_logit(pll, mask_id), win), lp_rec)
+                lp_mask = region & real
         cands = _candidates(_write(canvas, cols, win, real), cols, real, lp_rec, lp_mask, f, src, state, mask_id, x)
         context = self._context(state, model)
         scores = self.get_scorer().score(cands, context)
@@ -435,11 +435,6 @@ class Lookahead(Configurable):
 
 
 # ---------------------------------------------------------------------- helpers
-def _no_mask(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
-    """The mask token is never a prediction (as in the loop)."""
-    return suppress_mask_logit(logits, mask_id)
-
-
 def _stable_positions(key: torch.Tensor, ok: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
     """The m highest ``key`` positions per row (ties: lower index), and which of them exist."""
     order = torch.argsort(key, dim=1, descending=True, stable=True)[:, :m]
@@ -467,7 +462,7 @@ def _alternatives(f: StepFeatures, rows: torch.Tensor, pos: torch.Tensor, kmax: 
 def _token_logprob(f: StepFeatures, tokens: torch.Tensor) -> torch.Tensor:
     """log p(tokens) ``[B, L]`` under the step's distribution (from logits, else the confidence)."""
     if f.logits is not None:
-        return torch.log_softmax(f.logits.float(), dim=-1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        return token_logprob(f.logits, tokens)
     own = torch.where(tokens == f.x0, f.confidence.float(), torch.full_like(f.confidence, 1e-30, dtype=torch.float))
     return own.clamp(min=1e-30).log()
 

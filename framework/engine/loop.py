@@ -35,7 +35,8 @@ import torch
 
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import Controller, DecodeState
-from framework.engine.denoise import CacheSession, suppress_mask_logit, supports_shadow, verification_logits
+from framework.engine.denoise import (CacheSession, suppress_mask_logit, supports_shadow, token_logprob,
+                                     verification_logits)
 from framework.engine.features import compute_features
 from framework.engine.selection import ensure_progress
 
@@ -377,11 +378,8 @@ def _with_reused(pending: dict, rows: torch.Tensor, reused: torch.Tensor, width:
 
 def _token_prob(logits: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
     """p(tokens) under ``logits`` ``[b, W, V]`` at ``where`` ``[b, W]``, NaN elsewhere."""
-    if logits.shape[-1] == 1 or not where.any():
-        return torch.full(tokens.shape, float("nan"), device=tokens.device)
-    z = logits.float()
-    lp = z.gather(-1, tokens.clamp(0, z.shape[-1] - 1).unsqueeze(-1)).squeeze(-1) - torch.logsumexp(z, -1)
-    return torch.where(where, lp.exp(), torch.full_like(lp, float("nan")))
+    p = token_logprob(logits, tokens).exp()
+    return torch.where(where, p, torch.full_like(p, float("nan")))
 
 
 def _eos_fill(
