@@ -4,8 +4,9 @@ At a step where the controller asks for depth ``d_b > 0`` (``Decision.depth``) a
 ``k > 1`` candidates at uncertain positions (eligible, not committed), the loop calls
 :meth:`Lookahead.refine`. For every such row b:
 
-1. **Branch positions**: the ``positions`` most uncertain positions U_b (lowest margin
-   top1 − top2 among the uncertain ones).
+1. **Branch positions**: the ``positions`` uncertain positions U_b with the lowest margin
+   top1 − top2 (``branch='lowest'``, the riskiest) or the highest (``'highest'``: the ones the
+   controller would commit next, so the question becomes "commit one more now, and which token?").
 2. **Candidate first steps**: with ``hold`` (the default) candidate 0 is the controller's own
    decision with U_b left masked; the others add a joint assignment of U_b, each position taking
    one of its top-k_i tokens (k_i = ``Decision.k``, capped by ``width``), ranked by summed
@@ -65,6 +66,7 @@ logger = logging.getLogger(__name__)
 
 ROLLOUTS = ("threshold", "sequential", "controller")
 RESCORES = ("pll", "none")
+BRANCHES = ("lowest", "highest")
 
 
 @dataclass
@@ -97,12 +99,14 @@ class _Plan:
 
 
 class Lookahead(Configurable):
-    """Branch at the most uncertain positions, roll candidates out as extra rows, commit the best.
+    """Branch at uncertain positions, roll candidates out as extra rows, commit the best rollout's first step.
 
     Args:
         scorer: a :class:`framework.engine.scorer.Scorer` or a ``--scorer`` spec string.
         width: most candidates per row (W).
         positions: branch positions per row (m); candidates are joint assignments of them.
+        branch: ``lowest`` branches at the uncertain positions of lowest margin, ``highest`` at those
+            of highest margin (the controller's next commits).
         rollout: fill policy of the rollouts (``threshold``, ``sequential``, ``controller``).
         rollout_threshold: confidence above which the ``threshold`` policy fills a position.
         max_depth: cap on the controller's depth d.
@@ -125,6 +129,7 @@ class Lookahead(Configurable):
     params = {
         "width": Param(int, low=1, high=64, doc="most candidates per sample (W)", tune=(2, 8)),
         "positions": Param(int, low=1, high=4, doc="branch positions per sample (m)", tune=(1, 2)),
+        "branch": Param(str, choices=BRANCHES, doc="branch at the lowest- or highest-margin uncertain positions"),
         "rollout": Param(str, choices=ROLLOUTS, doc="fill policy of the rollouts"),
         "rollout_threshold": Param(float, low=0.0, high=1.0, doc="confidence the threshold policy fills at"),
         "max_depth": Param(int, low=1, high=64, doc="cap on the lookahead depth d", tune=(1, 7)),
@@ -140,6 +145,7 @@ class Lookahead(Configurable):
         scorer: "Scorer | str" = "logprob",
         width: int = 4,
         positions: int = 1,
+        branch: str = "lowest",
         rollout: str = "threshold",
         rollout_threshold: float = 0.9,
         max_depth: int = 8,
@@ -153,6 +159,7 @@ class Lookahead(Configurable):
         self.scorer = scorer
         self.width = width
         self.positions = positions
+        self.branch = branch
         self.rollout = rollout
         self.rollout_threshold = rollout_threshold
         self.max_depth = max_depth
@@ -251,8 +258,9 @@ class Lookahead(Configurable):
             return None
         unc, kk = uncertain[rows], k[rows]
         m = min(int(self.positions), l)
-        key = torch.where(unc, -f.margin[rows].float(), torch.full_like(f.margin[rows], float("-inf"), dtype=torch.float))
-        pos, ok = _stable_positions(key, unc, m)  # most uncertain first, ties to the lower index
+        sign = 1.0 if self.branch == "highest" else -1.0
+        key = torch.where(unc, sign * f.margin[rows].float(), torch.full_like(f.margin[rows], float("-inf"), dtype=torch.float))
+        pos, ok = _stable_positions(key, unc, m)  # ties to the lower index
         kmax = max(1, min(int(self.width), int(kk.max())))
         alt_ids, alt_lp = _alternatives(f, rows, pos, kmax)  # [R, m, K]
         k_at = kk.gather(1, pos).clamp(max=kmax)  # [R, m]

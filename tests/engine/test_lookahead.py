@@ -292,6 +292,27 @@ def test_candidate_set_design_top_alternatives_joint_and_capped():
                                    commit, torch.tensor([64])) is None  # nothing uncertain: no lookahead
 
 
+def test_branch_lowest_takes_the_riskiest_uncertain_position_highest_the_next_commit():
+    m = garden()
+    x = torch.tensor([[7, 9, 9, 9]])
+    from framework.engine.features import compute_features
+
+    f = compute_features(m(x), eligible=x == 9, masked=x == 9, rel=torch.arange(4)[None] - 1, gen_length=3,
+                         block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), 3),
+                         block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), 3),
+                         step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    f.margin = torch.tensor([[0.0, 0.10, 0.40, 0.95]])  # slot 3 is committed, 1 and 2 are uncertain
+    commit = torch.tensor([[False, False, False, True]])
+    d = Decision(commit=commit, k=torch.tensor([[1, 3, 3, 1]]), depth=torch.tensor([1]))
+    low = Lookahead(width=3, branch="lowest").plan(f, d, commit, torch.tensor([64]))
+    high = Lookahead(width=3, branch="highest").plan(f, d, commit, torch.tensor([64]))
+    assert low.branch_pos.tolist() == [[1]] and high.branch_pos.tolist() == [[2]]
+    # the committed slot 3 has the highest margin of all but is never a branch position
+    assert Lookahead(width=3, positions=2, branch="highest").plan(f, d, commit, torch.tensor([64])).branch_pos.tolist() == [[2, 1]]
+    with pytest.raises(ParameterError, match="branch='middle'.*lowest.*highest"):
+        Lookahead.build(branch="middle")
+
+
 def test_two_branch_positions_find_the_joint_mode_through_pseudo_likelihood():
     m = garden()
     res = decode(m, [PROMPT], ladder(), DecodeConfig(gen_length=3),
