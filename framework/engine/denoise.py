@@ -87,31 +87,52 @@ class CacheSession:
         batch; ``out_cols`` / ``out_valid`` (the window's canvas columns and which are real),
         ``block_index`` and ``lengths`` (real tokens per row) are per row of ``rows``). Every row
         served here costs one forward (one NFE, counted by the loop)."""
+        return self._serve(x, attn, rows, out_cols, out_valid, block_index, lengths, shadow=False)[0]
+
+    def logits_and_shadow(
+        self, x: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, out_cols: torch.Tensor,
+        out_valid: torch.Tensor, block_index: torch.Tensor, lengths: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`logits` and, from the same forward, WINO's shadow logits ``[b, W, V]`` (each
+        window column predicted with that column hidden; :func:`supports_shadow` models only)."""
+        logits, shadow = self._serve(x, attn, rows, out_cols, out_valid, block_index, lengths, shadow=True)
+        return logits, shadow  # type: ignore[return-value]
+
+    def _serve(self, x, attn, rows, out_cols, out_valid, block_index, lengths, shadow: bool):
         if self.mode == "none":
-            return window_logits(self.model, x[rows], attn[rows], out_cols)
+            if shadow:
+                return self.model.shadow_logits(x[rows], attn[rows], out_cols)
+            return window_logits(self.model, x[rows], attn[rows], out_cols), None
         due = self.cached_block[rows] != block_index
         if self.refresh is not None:
             due |= self.since[rows] >= self.refresh
         if self.cache is None:
             due = torch.ones_like(due)
-        out: Optional[torch.Tensor] = None
+        out: list[Optional[torch.Tensor]] = [None, None]
         for flag in (True, False):
             pick = (due == flag).nonzero().squeeze(1)
             if pick.numel() == 0:
                 continue
             sub_rows = rows[pick]
             if flag:
-                lg = self._refresh(x, attn, sub_rows, out_cols[pick], block_index[pick])
+                got = self._refresh(x, attn, sub_rows, out_cols[pick], block_index[pick], shadow)
             else:
-                lg = self._cached(x, attn, sub_rows, out_cols[pick], out_valid[pick], lengths[pick])
-            if out is None:
-                out = lg.new_empty((rows.numel(), *lg.shape[1:]))
-            out[pick] = lg
+                got = self._cached(x, attn, sub_rows, out_cols[pick], out_valid[pick], lengths[pick], shadow)
+            for i, lg in enumerate(got):
+                if lg is None:
+                    continue
+                if out[i] is None:
+                    out[i] = lg.new_empty((rows.numel(), *lg.shape[1:]))
+                out[i][pick] = lg  # type: ignore[index]
         self.since[rows] += 1
-        return out  # type: ignore[return-value]
+        return out[0], out[1]
 
-    def _refresh(self, x, attn, rows, out_cols, block_index) -> torch.Tensor:
-        logits, cache = self.model.window_logits(x[rows], attn[rows], out_cols, use_cache=True)
+    def _refresh(self, x, attn, rows, out_cols, block_index, shadow: bool = False):
+        sh = None
+        if shadow:
+            logits, sh, cache = self.model.shadow_window_logits(x[rows], attn[rows], out_cols, use_cache=True)
+        else:
+            logits, cache = self.model.window_logits(x[rows], attn[rows], out_cols, use_cache=True)
         if self.cache is None or rows.numel() == self.cached_block.numel():
             self.cache = cache if rows.numel() == self.cached_block.numel() else self._full(cache, rows)
         else:
@@ -119,7 +140,7 @@ class CacheSession:
         self.cached_block[rows] = block_index
         self.since[rows] = 0
         self.refreshes[rows] += 1
-        return logits
+        return logits, sh
 
     def _full(self, cache: Any, rows: torch.Tensor) -> Any:
         """A batch-sized cache from a subset's (only when the first refresh serves a subset)."""
@@ -127,7 +148,7 @@ class CacheSession:
         full.update_rows(rows, cache)
         return full
 
-    def _cached(self, x, attn, rows, out_cols, out_valid, lengths) -> torch.Tensor:
+    def _cached(self, x, attn, rows, out_cols, out_valid, lengths, shadow: bool = False):
         start = out_cols[:, :1]  # the block's first canvas column per row
         if self.mode == "prefix":  # the block and everything after it, ragged per row
             span = int((lengths[:, None] - start).max())
@@ -139,17 +160,23 @@ class CacheSession:
         whole = rows.numel() == self.cached_block.numel() and bool(
             (rows == torch.arange(rows.numel(), device=rows.device)).all())
         sub = self.cache if whole else self.cache.select(rows)
-        logits, sub = self.model.window_logits(x[rows], attn[rows], out_cols, cache=sub, query_cols=query,
-                                               query_valid=valid)
+        sh = None
+        if shadow:
+            logits, sh, sub = self.model.shadow_window_logits(x[rows], attn[rows], out_cols, cache=sub,
+                                                              query_cols=query, query_valid=valid)
+        else:
+            logits, sub = self.model.window_logits(x[rows], attn[rows], out_cols, cache=sub, query_cols=query,
+                                                   query_valid=valid)
         if not whole:
             self.cache.update_rows(rows, sub)
-        return logits
+        return logits, sh
 
 
 # ---------------------------------------------------------------------- verification (revocable decoding)
 def supports_shadow(model: Any) -> bool:
-    """Whether ``model`` computes WINO's shadow block in its own forward (``shadow_logits``)."""
-    return supports_cache(model) and bool(getattr(model, "supports_shadow", False)) and hasattr(model, "shadow_logits")
+    """Whether ``model`` computes WINO's shadow block in its own forward (``shadow_window_logits``)."""
+    return (supports_cache(model) and bool(getattr(model, "supports_shadow", False))
+            and hasattr(model, "shadow_window_logits"))
 
 
 def token_logprob(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:

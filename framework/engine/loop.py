@@ -18,8 +18,8 @@ with an attention mask over the padding). Per sample the loop keeps the current 
    ``remask_per_position`` times, at most ``remask_budget`` per sample; since every step commits
    at least one masked position, a sample ends within ``gen_length + remask_budget`` steps.
    A controller that ``verifies`` gets ``features.verify_prob``: each revocable slot's token
-   probability with the slot hidden (WINO's shadow block in the step's own forward where the
-   model has one and ``cache='none'``, else an extra verification forward, counted).
+   probability with the slot hidden (WINO's shadow block in the step's own forward, cached or
+   not, where the model has one; else exact probes, one counted forward each).
 
 A block finishes when none of its positions is masked; the next starts where it ended, with the
 controller's ``next_block_length`` if it gave one (CadLLM-style adaptive blocks).
@@ -187,7 +187,7 @@ def decode(
     remask_count = torch.zeros_like(x)
     remasks = zeros()
     verifies = bool(getattr(controller, "verifies", False))
-    shadow_step = verifies and config.cache == "none" and supports_shadow(model)
+    shadow_step = verifies and supports_shadow(model)  # the shadow block rides in the step's forward
     max_steps = G + 1 + config.effective_remask_budget  # ≥ 1 commit a step, ≤ budget re-masks a sample
     pending: dict[int, tuple[torch.Tensor, ...]] = {}  # row -> (canvas, window columns, logits) from a lookahead
     forward_s = 0.0
@@ -229,8 +229,8 @@ def decode(
         t0 = time.perf_counter()
         shadow = None
         reused = _reusable(pending, rows, xs, w_cols, blen) & (not shadow_step)
-        if shadow_step:  # one forward gives the window and the shadow block
-            logits, shadow = model.shadow_logits(xs, sub(attn), w_cols)
+        if shadow_step:  # one forward (cached or not) gives the window and the shadow block
+            logits, shadow = session.logits_and_shadow(x, attn, rows, w_cols, valid, sub(block_index), sub(lengths))
         elif reused.any():  # the lookahead already ran these rows' forward on this very canvas
             logits = _with_reused(pending, rows, reused, width, lambda run: session.logits(
                 x, attn, rows[run], w_cols[run], valid[run], sub(block_index)[run], sub(lengths)[run]))

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from framework.models.arch.layers import KVCache
+from framework.models.arch.layers import KVCache, check_ephemeral
 from framework.models.structure import structure_mask
 from framework.models.windowed import WindowedDenoiser
 
@@ -87,7 +87,7 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
     def core(self, input_ids: torch.Tensor, *, position_ids: Optional[torch.Tensor] = None,
              key_mask: Optional[torch.Tensor] = None, cache: Optional[KVCache] = None,
              write_positions: Optional[torch.Tensor] = None, write_valid: Optional[torch.Tensor] = None,
-             output_positions: Optional[torch.Tensor] = None, use_cache: bool = False,
+             output_positions: Optional[torch.Tensor] = None, use_cache: bool = False, ephemeral: int = 0,
              ) -> tuple[torch.Tensor, Optional[KVCache]]:
         """The encoder as :class:`~framework.models.windowed.WindowedDenoiser` needs it.
 
@@ -95,7 +95,8 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
         activation="gelu")`` (so saved models load unchanged), written out so that keys and values
         can come from a :class:`KVCache`: queries ``input_ids`` ``[B, T]`` at ``position_ids``; with
         ``cache`` their keys/values are written at ``write_positions`` and they attend over all
-        cached columns masked by ``key_mask``; the head runs only at ``output_positions``.
+        cached columns masked by ``key_mask``; the head runs only at ``output_positions``. The last
+        ``ephemeral`` queries are keys of this forward only (see the LLaDA/Dream core's ``forward``).
         """
         b, t = input_ids.shape
         if position_ids is None:
@@ -111,10 +112,13 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
             km = key_mask.bool()
             km = km | ~km.any(-1, keepdim=True)  # a query with no real key stays finite
             mask = km[:, None, None, :] if km.dim() == 2 else km[:, None]
+        e = check_ephemeral(ephemeral, cache, write_valid, t)
         if self.allowed is not None:  # structured attention, by canvas position of query and key
             n_keys = cache.length if cache is not None else t
             key_pos = (torch.arange(n_keys, device=input_ids.device).expand(b, n_keys) if cache is not None
                        else position_ids)
+            if e:
+                key_pos = torch.cat([key_pos, position_ids[:, t - e:]], dim=1)
             allowed = self.allowed[position_ids[:, :, None], key_pos[:, None, :]][:, None]  # [B, 1, T, S]
             mask = allowed if mask is None else mask & allowed
         write_rows = None
@@ -129,7 +133,10 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
             q, k, v = F.linear(layer.norm1(h), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
             q, k, v = (z.view(b, t, nh, -1).transpose(1, 2) for z in (q, k, v))
             if cache is not None:
+                own = (k[:, :, t - e:], v[:, :, t - e:]) if e else None
                 k, v = cache.write(i, k, v, write_positions, write_rows)
+                if own is not None:
+                    k, v = torch.cat([k, own[0]], dim=2), torch.cat([v, own[1]], dim=2)
             elif use_cache:
                 keys.append(k)
                 values.append(v)

@@ -9,10 +9,12 @@ that reach the LM head), and gets from this mixin
 * ``window_logits(x, attention_mask, out_cols, cache=, query_cols=, query_valid=, use_cache=)``:
   logits ``[B, W, V]`` at canvas columns ``out_cols`` only, from a full forward (optionally
   returning a fresh cache: the refresh) or from the query columns against the cache;
-* ``shadow_logits(x, attention_mask, out_cols)``: the same window logits and, from the same
-  forward, WINO's **shadow block**: a mask token at each window column that sees every real
-  column except its own, so its logits are the column's prediction with the column hidden
-  (the verification of a decided token; ``supports_shadow`` is False for shifted models).
+* ``shadow_window_logits(x, attention_mask, out_cols, cache=, query_cols=, ...)`` (and
+  ``shadow_logits``, its uncached form): the same window logits and, from the same forward,
+  WINO's **shadow block**: a mask token at each window column that sees every real column
+  except its own, so its logits are the column's prediction with the column hidden (the
+  verification of a decided token), with or without the KV cache (``supports_shadow`` is False
+  for shifted models).
 
 Positions are canvas columns: the loop pads rows on the right and masks the padding out of the
 keys, so a row's positions and attention are those of its single run (a batch of N equals N
@@ -87,14 +89,25 @@ class WindowedDenoiser:
         return not self.logits_shift
 
     def shadow_logits(self, x: Tensor, attention_mask: Optional[Tensor], out_cols: Tensor) -> tuple[Tensor, Tensor]:
-        """Window logits ``[B, W, V]`` at ``out_cols`` and shadow logits ``[B, W, V]``, in one forward.
+        """Window logits ``[B, W, V]`` at ``out_cols`` and shadow logits ``[B, W, V]``, in one forward
+        over the whole canvas (:meth:`shadow_window_logits` without a cache)."""
+        logits, shadow, _ = self.shadow_window_logits(x, attention_mask, out_cols)
+        return logits, shadow
 
-        The input is the canvas followed by W mask tokens (the shadow block, WINO arXiv 2507.18578)
-        at the positions ``out_cols``: real columns attend to the real columns only (so the window
-        logits equal :meth:`window_logits`'), shadow slot j to itself and every real column but
-        ``out_cols[:, j]``. Shadow slot j thus predicts column j as if it were masked, the other
-        columns unchanged (exactly at the first layer; deeper layers see real states that saw the
-        column's token, as in WINO).
+    def shadow_window_logits(
+        self, x: Tensor, attention_mask: Optional[Tensor], out_cols: Tensor, *, cache: Any = None,
+        query_cols: Optional[Tensor] = None, query_valid: Optional[Tensor] = None, use_cache: bool = False,
+    ) -> tuple[Tensor, Tensor, Any]:
+        """:meth:`window_logits` plus WINO's shadow block (arXiv 2507.18578) in the same forward.
+
+        W mask tokens at the positions ``out_cols`` follow the queries: real queries attend to the
+        real columns only (their logits equal :meth:`window_logits`'), shadow slot j to itself and
+        every real column but ``out_cols[:, j]``, so it predicts column j as if it were masked, the
+        other columns unchanged (exactly at the first layer; deeper layers see real states that saw
+        the column's token, as in WINO). Without ``cache`` the queries are the whole canvas
+        (``use_cache=True`` returns the refreshed cache of its L real columns); with ``cache`` they
+        are ``query_cols`` as in :meth:`window_logits`, and the shadow slots' keys are seen in this
+        forward only (``ephemeral``), never written. Returns ``(logits, shadow, cache)``.
         """
         if self.logits_shift:
             raise NotImplementedError(f"{type(self).__name__} shifts its logits; the shadow block needs an unshifted model")
@@ -104,13 +117,32 @@ class WindowedDenoiser:
         real = (torch.ones(b, l, dtype=torch.bool, device=dev) if attention_mask is None
                 else attention_mask.bool())
         mask_id = int(getattr(self, "mask_token_id"))
-        ids = torch.cat([x, torch.full((b, w), mask_id, dtype=x.dtype, device=dev)], dim=1)
-        pos = torch.cat([torch.arange(l, device=dev).expand(b, l), out_cols], dim=1)
-        km = torch.zeros(b, l + w, l + w, dtype=torch.bool, device=dev)
-        km[:, :l, :l] = real[:, None, :]
+        shadow_ids = torch.full((b, w), mask_id, dtype=x.dtype, device=dev)
         own = torch.zeros(b, w, l, dtype=torch.bool, device=dev).scatter_(2, out_cols[:, :, None], True)
-        km[:, l:, :l] = real[:, None, :] & ~own
-        km[:, l:, l:] = torch.eye(w, dtype=torch.bool, device=dev)
-        rows = torch.cat([out_cols, l + torch.arange(w, device=dev).expand(b, w)], dim=1)
-        logits, _ = self.core(ids, position_ids=pos, key_mask=km, output_positions=rows)
-        return logits[:, :w], logits[:, w:]
+        if cache is None:
+            queries, t = torch.arange(l, device=dev).expand(b, l), l
+        else:
+            if query_cols is None:
+                raise ValueError("shadow_window_logits with a cache needs query_cols")
+            queries, t = query_cols, query_cols.shape[1]
+        km = torch.zeros(b, t + w, l + w, dtype=torch.bool, device=dev)
+        km[:, :t, :l] = real[:, None, :]
+        km[:, t:, :l] = real[:, None, :] & ~own
+        km[:, t:, l:] = torch.eye(w, dtype=torch.bool, device=dev)
+        pos = torch.cat([queries, out_cols], dim=1)
+        shadow_rows = t + torch.arange(w, device=dev).expand(b, w)
+        if cache is None:
+            rows = torch.cat([out_cols, shadow_rows], dim=1)
+            logits, full = self.core(torch.cat([x, shadow_ids], dim=1), position_ids=pos, key_mask=km,
+                                     output_positions=rows, use_cache=use_cache)
+            if full is not None:  # keep the L real columns: the shadow is never cached
+                full = type(full)([k[:, :, :l].contiguous() for k in full.keys],
+                                  [v[:, :, :l].contiguous() for v in full.values])
+            return logits[:, :w], logits[:, w:], full
+        valid = torch.ones_like(query_cols, dtype=torch.bool) if query_valid is None else query_valid.bool()
+        at = torch.searchsorted(query_cols.contiguous(), out_cols.contiguous()).clamp(max=t - 1)
+        ids = torch.cat([x.gather(1, query_cols), shadow_ids], dim=1)
+        logits, cache = self.core(ids, position_ids=pos, key_mask=km, cache=cache, write_positions=pos,
+                                  write_valid=torch.cat([valid, torch.zeros_like(out_cols, dtype=torch.bool)], 1),
+                                  output_positions=torch.cat([at, shadow_rows], dim=1), ephemeral=w)
+        return logits[:, :w], logits[:, w:], cache

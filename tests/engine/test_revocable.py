@@ -108,8 +108,46 @@ def test_wino_verifies_inside_the_steps_own_forward_on_a_model_with_a_shadow_blo
     wino = build_controller("wino", draft_threshold=0.9, verify_threshold=0.99, progress_guard=False)
     res = decode(model, [[3, 4, 5], [6, 7]], wino, DecodeConfig(gen_length=12, block_length=6))
     assert (res.nfe == res.steps).all() and int(res.remasks.sum()) > 0  # one forward a step, re-masks happen
-    cached = decode(model, [[3, 4, 5], [6, 7]], wino, DecodeConfig(gen_length=12, block_length=6, cache="dual"))
-    assert (cached.nfe > cached.steps).all()  # with a cache the shadow block is its own forward, counted
+    for mode in ("prefix", "dual"):  # under a KV cache the shadow block rides in the cached forward too
+        cached = decode(model, [[3, 4, 5], [6, 7]], wino, DecodeConfig(gen_length=12, block_length=6, cache=mode))
+        assert (cached.nfe == cached.steps).all() and int(cached.remasks.sum()) > 0, mode
+    # a model without a shadow block under the cache: one counted probe forward per verified token
+    from framework.testing.toys import CachedToy
+
+    toy = CachedToy(JointDenoiser(**GARDEN))
+    probed = decode(toy, [PROMPT], build_controller("wino", draft_threshold=0.9, verify_threshold=0.5,
+                                                    progress_guard=False), DecodeConfig(gen_length=3, cache="dual"))
+    assert (probed.nfe > probed.steps).all()
+
+
+@pytest.mark.parametrize("which", ["tiny", "llada"])
+@pytest.mark.parametrize("mode", ["prefix", "dual"])
+def test_cached_shadow_block_equals_the_uncached_one_on_a_fresh_cache(which, mode, tmp_path):
+    # the refresh keeps only the real columns; a cached forward on the canvas the cache was built from
+    # sees exactly the keys of the uncached one, the shadow slots' own keys included (ephemeral)
+    model = tiny(2) if which == "tiny" else _own_llada(tmp_path, 2)
+    torch.manual_seed(4)
+    x = torch.randint(3, 18, (2, 16))
+    x[1, 14:] = int(model.pad_token_id)
+    attn = torch.ones_like(x)
+    attn[1, 14:] = 0
+    cols = torch.arange(6, 12).expand(2, 6)
+    win, shadow = model.shadow_logits(x, attn, cols)
+    w2, s2, cache = model.shadow_window_logits(x, attn, cols, use_cache=True)
+    assert torch.allclose(w2, win, atol=1e-5) and torch.allclose(s2, shadow, atol=1e-5)
+    _, plain = model.window_logits(x, attn, cols, use_cache=True)
+    assert cache.length == x.shape[1] and all(torch.allclose(a, b, atol=1e-5) for a, b in zip(cache.keys, plain.keys))
+    lengths = attn.sum(1)
+    if mode == "prefix":
+        query = 6 + torch.arange(10)[None].expand(2, 10)
+        valid = query < lengths[:, None]
+        query = torch.where(valid, query, (lengths - 1)[:, None].expand_as(query))
+    else:
+        query, valid = cols, torch.ones_like(cols, dtype=torch.bool)
+    w3, s3, _ = model.shadow_window_logits(x, attn, cols, cache=cache.clone(), query_cols=query, query_valid=valid)
+    assert torch.allclose(w3, win, atol=1e-4) and torch.allclose(s3, shadow, atol=1e-4)
+    with pytest.raises(ValueError, match="ephemeral=3 needs a cache"):
+        model.core(x[:, :4], ephemeral=3)
 
 
 def test_remdm_remasks_the_least_confident_earlier_token_and_is_seeded():

@@ -98,6 +98,17 @@ class KVCache:
         return ck, cv
 
 
+def check_ephemeral(ephemeral: int, cache: Optional[KVCache], write_valid: Optional[Tensor], t: int) -> int:
+    """Validate ``ephemeral`` (queries whose keys are seen in this forward only) and return it."""
+    if not ephemeral:
+        return 0
+    if cache is None or write_valid is None or not 0 < ephemeral <= t:
+        raise ValueError(f"ephemeral={ephemeral} needs a cache, write_valid and 0 < ephemeral <= {t} queries")
+    if bool(write_valid[:, t - ephemeral:].any()):
+        raise ValueError("the ephemeral (last) queries must have write_valid False: they are never cached")
+    return ephemeral
+
+
 class RMSNorm(nn.Module):
     """``weight * (x / sqrt(mean(x^2) + eps))`` computed in float32 and cast back before the weight
     (LLaDA's ``RMSLayerNorm`` and Qwen2's ``RMSNorm`` agree on this order)."""
@@ -159,7 +170,7 @@ class SelfAttention(nn.Module):
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Optional[Tensor], cache: Optional[KVCache],
                 layer: int, write_positions: Optional[Tensor], write_rows: Optional[tuple[Tensor, Tensor]],
-                want_kv: bool) -> tuple[Tensor, Optional[tuple[Tensor, Tensor]]]:
+                want_kv: bool, ephemeral: int = 0) -> tuple[Tensor, Optional[tuple[Tensor, Tensor]]]:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
@@ -168,7 +179,10 @@ class SelfAttention(nn.Module):
         k = apply_rope(k, cos, sin, self.rope_full_precision)
         present = None
         if cache is not None:
+            own = (k[:, :, T - ephemeral:], v[:, :, T - ephemeral:]) if ephemeral else None
             k, v = cache.write(layer, k, v, write_positions, write_rows)
+            if own is not None:  # the last queries' keys, seen in this forward only (never cached)
+                k, v = torch.cat([k, own[0].to(k.dtype)], dim=2), torch.cat([v, own[1].to(v.dtype)], dim=2)
         elif want_kv:  # a refresh: store contiguous [B, H_kv, T, D] so later in-place writes are plain strides
             present = (k.contiguous(), v.contiguous())
         if self.n_kv_heads != self.n_heads:  # GQA: kv head j serves query heads j*g .. j*g+g-1
@@ -247,7 +261,7 @@ class MaskedDiffusionLM(nn.Module):
     def forward(self, input_ids: Tensor, *, position_ids: Optional[Tensor] = None, key_mask: Optional[Tensor] = None,
                 cache: Optional[KVCache] = None, write_positions: Optional[Tensor] = None,
                 write_valid: Optional[Tensor] = None, output_positions: Optional[Tensor] = None,
-                use_cache: bool = False) -> tuple[Tensor, Optional[KVCache]]:
+                use_cache: bool = False, ephemeral: int = 0) -> tuple[Tensor, Optional[KVCache]]:
         """Logits ``[B, W or T, V]`` (model dtype, unshifted) and the cache.
 
         ``input_ids`` ``[B, T]`` are the queries. Without ``cache``: keys are the same T tokens,
@@ -260,6 +274,9 @@ class MaskedDiffusionLM(nn.Module):
         written must be True there to be seen), and the same cache object is returned.
         ``output_positions`` ``[B, W]`` (indices into the T query rows) restricts the final norm and
         the LM head to W rows, so no ``[B, T, V]`` tensor is built. Attention is bidirectional.
+        ``ephemeral`` = E (with a cache): the last E queries are not written (their ``write_valid``
+        must be False) but their keys and values follow the S cached slots in this forward only, so
+        ``key_mask`` is then ``[B, T, S + E]`` (WINO's shadow block under a cache).
         """
         B, T = input_ids.shape
         if cache is not None:
@@ -276,6 +293,7 @@ class MaskedDiffusionLM(nn.Module):
             S = T
         if write_valid is not None and write_valid.shape != (B, T):
             raise ValueError(f"write_valid must be [B, T] = [{B}, {T}], got {tuple(write_valid.shape)}")
+        S += check_ephemeral(ephemeral, cache, write_valid, T)
         if position_ids is None:
             position_ids = (write_positions if cache is not None
                             else torch.arange(T, device=input_ids.device).expand(B, T))
@@ -298,7 +316,7 @@ class MaskedDiffusionLM(nn.Module):
         want_kv = use_cache and cache is None
         keys, values = [], []
         for i, layer in enumerate(self.layers):
-            h, kv = layer(h, cos, sin, mask, cache, i, write_positions, write_rows, want_kv)
+            h, kv = layer(h, cos, sin, mask, cache, i, write_positions, write_rows, want_kv, ephemeral)
             if want_kv:
                 keys.append(kv[0])
                 values.append(kv[1])
