@@ -6,7 +6,11 @@
   Narrow out: every token drafted at an earlier step of the block whose probability *with its own
   position hidden* (``features.verify_prob``, the shadow block) is below the strict verification
   threshold τ₂ returns to the mask. With ``progress_guard`` at most (commits this step − 1) tokens
-  are re-masked per step, the least verified first, so the decided count never falls.
+  are re-masked per step, the least verified first, so the decided count never falls. With
+  ``rival_margin`` δ (this framework's addition, off by default) a draft is re-masked only if,
+  with its slot hidden, another token is also more likely than it by more than δ
+  (``verify_top_prob − verify_prob > δ``): a token that is one of several equally likely modes
+  (probability about 1/m each) is not revoked for being uncertain, only for being outvoted.
 * ``remdm``: a ReMDM-style re-masking schedule (Wang et al., "Remasking Discrete Diffusion Models
   with Inference-Time Scaling", arXiv 2503.00307, the "conf" variant) on Fast-dLLM's threshold
   rule: once a block is at least ``start`` decided, each token committed earlier in the block is
@@ -56,19 +60,25 @@ class Wino(Controller):
                                   doc="τ₂: re-mask drafts whose probability with their slot hidden is < τ₂",
                                   tune=(0.5, 0.99)),
         "progress_guard": Param(bool, doc="re-mask at most (commits this step − 1) per step"),
+        "rival_margin": Param(float, low=0.0, high=1.0, nullable=True,
+                              doc="also require another token to beat the draft by more than this with its slot "
+                                  "hidden (keeps one of several equally likely modes); null: WINO's rule"),
     }
 
     def __init__(self, draft_threshold: float = 0.7, verify_threshold: float = 0.9,
-                 progress_guard: bool = True) -> None:
+                 progress_guard: bool = True, rival_margin: "float | None" = None) -> None:
         self.draft_threshold = draft_threshold
         self.verify_threshold = verify_threshold
         self.progress_guard = progress_guard
+        self.rival_margin = rival_margin
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         commit = draft(f, self.draft_threshold)
         remask = torch.zeros_like(commit)
         if f.revocable is not None and f.verify_prob is not None:
             weak = f.revocable & (f.verify_prob.nan_to_num(1.0) < self.verify_threshold)
+            if self.rival_margin is not None and f.verify_top_prob is not None:
+                weak &= (f.verify_top_prob - f.verify_prob).nan_to_num(0.0) > self.rival_margin
             limit = (commit.sum(1) - 1 if self.progress_guard else weak.sum(1)).clamp(min=0)
             remask = least_first(f.verify_prob.nan_to_num(1.0), weak, limit)
         return Decision(commit=commit, remask=remask, info={"remasked": remask.sum(1)})

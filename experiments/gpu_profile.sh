@@ -11,4 +11,4 @@ if ! "$PY" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1
 fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 "$ADEC" profile --device cuda --dtype bfloat16 --d-model 4096 --layers 32 --heads 32 \
-  --batch 1 8 --repeats 3 --json "${OUT:-.}/profile-cuda.json" "$@"
+  --batch 1 8 --loops decode bare verify --repeats 3 --json "${OUT:-.}/profile-cuda.json" "$@"

@@ -31,6 +31,7 @@ from framework.models.arch.llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LL
 from framework.models.own import OwnArchitectureDenoiser
 
 LLADA_VOCAB = 126464
+LOOPS = ("decode", "bare", "verify")
 
 
 @dataclass
@@ -114,6 +115,20 @@ def bare_loop(model: Any, prompts: Sequence[Sequence[int]], gen_length: int, blo
     return x, nfe, forward_s, time.perf_counter() - t_start
 
 
+class _Verifying:
+    """LLaDA's rule with ``verifies = True``: the loop then computes WINO's verification every step
+    (the shadow block where the model has one), and the controller ignores it, so the row measures
+    what verification costs a step at the same NFE."""
+
+    verifies = True
+
+    def __init__(self, controller: Any) -> None:
+        self.controller = controller
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.controller, name)
+
+
 def _measure(fn: Callable[[], tuple[int, float, float]], repeats: int, device: Any) -> tuple[int, float, float, float]:
     """``(nfe, median forward s, median total s, peak MiB)``: one warm-up call under the memory
     sampler, then ``repeats`` timed calls without it (on CPU a sampling thread would steal a core
@@ -132,12 +147,19 @@ def run_profile(
     model: Any, *, batches: Iterable[int] = (1, 8), caches: Iterable[str] = ("none", "prefix", "dual"),
     temperatures: Iterable[float] = (0.0, 1.0), prompt_length: int = 256, gen_length: int = 256,
     block_length: int = 32, steps: Optional[int] = None, repeats: int = 3, progress: Optional[Callable] = None,
+    loops: Iterable[str] = ("decode", "bare"),
 ) -> list[ProfileRow]:
-    """Measure :func:`decode` and :func:`bare_loop` for every batch size, cache mode and temperature.
+    """Measure ``loops`` for every batch size, cache mode and temperature: ``decode`` (:func:`decode`),
+    ``bare`` (:func:`bare_loop`) and ``verify`` (:func:`decode` computing WINO's verification of the
+    decided tokens every step, the shadow block, at the same NFE).
 
     ``steps`` defaults to ``gen_length // 4`` (four tokens per step). ``progress`` is called with a
     description before each configuration (the CLI passes a progress bar's update).
     """
+    loops = tuple(loops)
+    unknown = [name for name in loops if name not in LOOPS]
+    if unknown:
+        raise ValueError(f"unknown profile loop(s) {unknown}; allowed: {', '.join(LOOPS)}")
     steps = steps or gen_length // 4
     device = model.device
     vocab = model.vocab_size
@@ -160,7 +182,12 @@ def run_profile(
                     _, nfe, f, t = bare_loop(model, prompts, gen_length, block_length, steps, cache, temperature)
                     return nfe, f, t
 
-                for name, fn in (("decode", ours), ("bare", bare)):
+                def verify() -> tuple[int, float, float]:
+                    r = decode(model, prompts, _Verifying(controller), config, seeds=list(range(batch)))
+                    return int(r.nfe[0]), r.forward_seconds, r.total_seconds
+
+                fns = {"decode": ours, "bare": bare, "verify": verify}
+                for name, fn in ((name, fns[name]) for name in loops):
                     if progress:
                         progress(f"{name} batch={batch} cache={cache} T={temperature:g}")
                     nfe, f, t, peak = _measure(fn, repeats, device)
@@ -184,8 +211,9 @@ def ratios(rows: Sequence[ProfileRow]) -> list[str]:
         if loop != "decode":
             continue
         bare = idx.get(("bare", batch, cache, temp))
-        line = (f"batch {batch}, cache={cache}, T={temp:g}: rest/forward {r.rest_over_forward:.3f}; "
-                f"step vs bare loop {r.ms_per_step / bare.ms_per_step:.2f}x" if bare else "")
+        line = f"batch {batch}, cache={cache}, T={temp:g}: rest/forward {r.rest_over_forward:.3f}"
+        if bare:
+            line += f"; step vs bare loop {r.ms_per_step / bare.ms_per_step:.2f}x"
         greedy = idx.get(("decode", batch, cache, 0.0))
         if temp > 0 and greedy:
             line += f"; step vs greedy {r.ms_per_step / greedy.ms_per_step:.2f}x"
@@ -193,6 +221,9 @@ def ratios(rows: Sequence[ProfileRow]) -> list[str]:
         if cache != "none" and none:
             line += f"; speed-up per token vs cache=none {none.ms_per_token / r.ms_per_token:.2f}x"
         line += f"; peak {r.peak_mb:.0f} MiB = {r.peak_mb / max(r.window_logits_mb, 1e-9):.2f}x the window's logits"
+        ver = idx.get(("verify", batch, cache, temp))
+        if ver:
+            line += f"; step with WINO's verification vs without {ver.ms_per_step / r.ms_per_step:.2f}x"
         out.append(line)
     return out
 

@@ -34,8 +34,8 @@ input  (one JSON object per line):
   decoding options / controller parameters, the keys of --set) and "meta" (copied to the output)
   are optional; any other field makes the line bad.
 
-output (one JSON row per item, schema adec-generate/1, see docs/generate.md):
-  id, status ok|error, text, generated_ids, nfe, steps, fallback, error, latency_s, ...
+output (one JSON row per item, schema adec-generate/2, see docs/generate.md):
+  id, status ok|error, text, generated_ids, nfe, steps, remasks, fallback, error, latency_s, ...
 
 resume: run the same command again. Rows already in --output are kept; a torn last line from a
   kill is repaired; only the items without a row run. The output equals an uninterrupted run.

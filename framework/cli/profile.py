@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "Examples:\n"
             "  adec profile                                   # CPU, batch 1 and 8 (slow: minutes)\n"
             "  adec profile --batch 1 --cache none dual --temperature 0 --repeats 1\n"
+            "  adec profile --loops decode verify --temperature 0   # what WINO's verification costs a step\n"
             "  adec profile --device cuda --dtype bfloat16 --d-model 4096 --layers 32   # an 8B-sized body"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -31,6 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache", nargs="+", default=["none", "prefix", "dual"], choices=["none", "prefix", "dual"],
                    help="cache modes (default: all three)")
     p.add_argument("--temperature", type=float, nargs="+", default=[0.0, 1.0], help="temperatures (default: 0 1)")
+    p.add_argument("--loops", nargs="+", default=["decode", "bare"], choices=["decode", "bare", "verify"],
+                   help="what to time: decode (the framework's loop), bare (a hand-written block-only loop), "
+                        "verify (decode plus WINO's verification of the decided tokens every step, the shadow "
+                        "block, at the same NFE); default: decode bare")
     p.add_argument("--prompt-length", type=int, default=256)
     p.add_argument("--gen-length", type=int, default=256)
     p.add_argument("--block-length", type=int, default=32)
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     dtype = resolve_dtype(args.dtype, device) or torch.float32
     model = profile_model(args.vocab_size, args.d_model, args.layers, args.heads, 4 * args.d_model, device, dtype)
     steps = args.gen_length // args.tokens_per_step
-    n = len(args.batch) * len(args.cache) * len(args.temperature) * 2
+    n = len(args.batch) * len(args.cache) * len(args.temperature) * len(args.loops)
     t0 = time.perf_counter()
     with tqdm(total=n, desc="profile", file=sys.stderr, disable=not sys.stderr.isatty()) as bar:
         def progress(text: str) -> None:
@@ -82,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
 
         rows = run_profile(model, batches=args.batch, caches=args.cache, temperatures=args.temperature,
                            prompt_length=args.prompt_length, gen_length=args.gen_length,
-                           block_length=args.block_length, steps=steps, repeats=args.repeats, progress=progress)
+                           block_length=args.block_length, steps=steps, repeats=args.repeats, progress=progress,
+                           loops=args.loops)
     params = sum(p.numel() for p in model.parameters())
     head = (f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, device {device}, {dtype}; "
             f"model: LLaDA architecture, vocab {args.vocab_size}, d_model {args.d_model}, {args.layers} layers "

@@ -63,6 +63,9 @@ class StepFeatures:
     #: for controllers that verify: p(current token) at revocable slots with the slot hidden
     #: (WINO's shadow block), NaN elsewhere, ``[B, W]``
     verify_prob: Optional[torch.Tensor] = None
+    #: with it: the largest probability of any token at those slots with the slot hidden (the
+    #: shadow's favourite), NaN elsewhere, ``[B, W]``; equals ``verify_prob`` where the token is it
+    verify_top_prob: Optional[torch.Tensor] = None
 
     @property
     def progress(self) -> torch.Tensor:

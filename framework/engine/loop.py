@@ -261,7 +261,7 @@ def decode(
         )
         feats.revocable = rev_w
         if shadow is not None:
-            feats.verify_prob = _token_prob(suppress_mask_logit(shadow, mask_id), w_tok, rev_w)
+            feats.verify_prob, feats.verify_top_prob = _verification(suppress_mask_logit(shadow, mask_id), w_tok, rev_w)
         state.extras["canvas"] = w_tok
         state.extras["generation"] = xs.gather(1, sub(gen_index))
         sub_state = state if full else state.rows(rows)
@@ -376,10 +376,13 @@ def _with_reused(pending: dict, rows: torch.Tensor, reused: torch.Tensor, width:
     return out
 
 
-def _token_prob(logits: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor) -> torch.Tensor:
-    """p(tokens) under ``logits`` ``[b, W, V]`` at ``where`` ``[b, W]``, NaN elsewhere."""
+def _verification(logits: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """p(tokens) and the largest probability under ``logits`` ``[b, W, V]`` at ``where`` ``[b, W]``, NaN elsewhere."""
     p = token_logprob(logits, tokens).exp()
-    return torch.where(where, p, torch.full_like(p, float("nan")))
+    z = logits.float()
+    top = (z.amax(-1) - torch.logsumexp(z, -1)).exp()
+    nan = torch.full_like(p, float("nan"))
+    return torch.where(where, p, nan), torch.where(where, top, nan)
 
 
 def _eos_fill(

@@ -26,16 +26,29 @@ class _DeadlineModel:
         self._inner, self._started, self._item_limit = inner, started, item_limit
         self._job_deadline, self._job_limit, self._job_started = job_deadline, job_limit, job_started
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    #: the windowed model's forwards (the engine calls these instead of the plain protocol)
+    FORWARDS = ("window_logits", "shadow_window_logits", "shadow_logits", "full_logits", "core")
+
+    def _check(self) -> None:
         now = time.monotonic()
         if self._job_deadline is not None and now >= self._job_deadline:
             raise DeadlineExceeded("job", float(self._job_limit), now - self._job_started)
         if self._item_limit is not None and now - self._started >= self._item_limit:
             raise DeadlineExceeded("item", self._item_limit, now - self._started)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        self._check()
         return self._inner(*args, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        attr = getattr(self._inner, name)
+        if name in self.FORWARDS and callable(attr):
+            def checked(*args: Any, **kwargs: Any) -> Any:
+                self._check()
+                return attr(*args, **kwargs)
+
+            return checked
+        return attr
 
 
 def _passthrough(exc: BaseException) -> bool:

@@ -10,11 +10,16 @@ from typing import Any, Iterable, Optional, Sequence
 
 from framework.jobs.errors import OutputFileError
 
-SCHEMA = "adec-generate/1"
+SCHEMA = "adec-generate/2"
+#: schemas a results file may hold: /1 rows (before ``remasks``) are read and resumed as they are
+SCHEMAS = ("adec-generate/1", SCHEMA)
+#: fields that rows of the earlier schema do not have
+NEW_IN_2 = ("remasks",)
 ERROR_TYPES = ("empty_prompt", "too_long", "encode", "controller", "scorer", "timeout", "oom", "model", "output")
 #: Row fields that must be identical whatever the batch size, back-off, bisection or resume.
 RESULT_FIELDS = ("id", "status", "prompt", "params", "seed", "controller", "text", "prompt_ids",
-                 "generated_ids", "nfe", "steps", "lookahead_nfe", "lookahead_fallbacks", "fallback", "error_type")
+                 "generated_ids", "nfe", "steps", "lookahead_nfe", "lookahead_fallbacks", "remasks", "fallback",
+                 "error_type")
 
 
 # ---------------------------------------------------------------------------------- schema
@@ -39,6 +44,7 @@ ROW_FIELDS: dict[str, tuple[str, bool]] = {
     "steps": (_T_INT, True),
     "lookahead_nfe": (_T_INT, True),
     "lookahead_fallbacks": (_T_INT, True),
+    "remasks": (_T_INT, True),
     "fallback": (_T_BOOL, False),
     "fallback_reason": (_T_STR, True),
     "error": (_T_STR, True),
@@ -48,8 +54,8 @@ ROW_FIELDS: dict[str, tuple[str, bool]] = {
     "latency_s": (_T_NUM, True),
 }
 _OK_REQUIRED = ("text", "prompt_ids", "generated_ids", "nfe", "steps", "lookahead_nfe", "lookahead_fallbacks",
-                "batch_size", "latency_s")
-_ERROR_NULL = ("text", "generated_ids", "nfe", "steps", "lookahead_nfe", "lookahead_fallbacks")
+                "remasks", "batch_size", "latency_s")
+_ERROR_NULL = ("text", "generated_ids", "nfe", "steps", "lookahead_nfe", "lookahead_fallbacks", "remasks")
 
 
 class RowSchemaError(ValueError):
@@ -69,10 +75,12 @@ def row_problems(row: Any) -> list[str]:
     if not isinstance(row, dict):
         return [f"a row must be a JSON object, got {type(row).__name__}"]
     out: list[str] = []
+    old = row.get("schema") == SCHEMAS[0]
+    fields = {k: v for k, v in ROW_FIELDS.items() if not (old and k in NEW_IN_2)}
     for key in row:
-        if key not in ROW_FIELDS:
+        if key not in fields:
             out.append(f"unknown field {key!r}")
-    for key, (kind, nullable) in ROW_FIELDS.items():
+    for key, (kind, nullable) in fields.items():
         if key not in row:
             out.append(f"missing field {key!r}")
             continue
@@ -85,8 +93,8 @@ def row_problems(row: Any) -> list[str]:
                        f"{' or null' if nullable else ''}, got {type(value).__name__}")
     if out:
         return out
-    if row["schema"] != SCHEMA:
-        out.append(f"'schema' is {row['schema']!r}; allowed: {SCHEMA!r}")
+    if row["schema"] not in SCHEMAS:
+        out.append(f"'schema' is {row['schema']!r}; allowed: {' or '.join(map(repr, SCHEMAS))}")
     if not row["id"]:
         out.append("'id' must not be empty")
     for key in ("prompt_ids", "generated_ids"):
@@ -99,7 +107,7 @@ def row_problems(row: Any) -> list[str]:
         out.append("'fallback_reason' must be a string exactly when 'fallback' is true")
     if row["status"] == "ok":
         for key in _OK_REQUIRED:
-            if row[key] is None:
+            if key in fields and row[key] is None:
                 out.append(f"status 'ok' needs {key!r}")
         if row["error"] is not None or row["error_type"] is not None:
             out.append("status 'ok' must have null 'error' and 'error_type'")
@@ -113,7 +121,7 @@ def row_problems(row: Any) -> list[str]:
         if row["error_type"] not in ERROR_TYPES:
             out.append(f"'error_type'={row['error_type']!r}; allowed: one of {', '.join(ERROR_TYPES)}")
         for key in _ERROR_NULL:
-            if row[key] is not None:
+            if key in fields and row[key] is not None:
                 out.append(f"status 'error' must have null {key!r}")
     else:
         out.append(f"'status'={row['status']!r}; allowed: 'ok' or 'error'")

@@ -209,7 +209,7 @@ def _base_row(w: _Work, loaded_model: Any, settings_hash: str, controller: str) 
         "params": _jsonable(w.item.params or {}), "meta": _jsonable(w.item.meta) if w.item.meta is not None else None,
         "line": w.item.line, "model": str(loaded_model.name), "controller": controller, "settings": settings_hash,
         "seed": w.seed, "text": None, "prompt_ids": None, "generated_ids": None, "nfe": None, "steps": None,
-        "lookahead_nfe": None, "lookahead_fallbacks": None, "fallback": w.fallback_reason is not None,
+        "lookahead_nfe": None, "lookahead_fallbacks": None, "remasks": None, "fallback": w.fallback_reason is not None,
         "fallback_reason": w.fallback_reason,
         "error": None, "error_type": None, "retries": w.retries, "batch_size": None, "latency_s": None,
     }

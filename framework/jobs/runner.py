@@ -339,7 +339,7 @@ def _decode_batch(batch: list[_Work], loaded_model: Any, lookahead: Any, fallbac
         row = _base_row(w, loaded_model, settings_hash, _name(ctrl))
         row.update(text=tok.decode(gen, stop_at_eos=True), prompt_ids=list(w.ids), generated_ids=gen,
                    nfe=int(res.nfe[b]), steps=int(res.steps[b]), lookahead_nfe=int(res.lookahead_nfe[b]),
-                   lookahead_fallbacks=int(step_fallbacks[b]),
+                   lookahead_fallbacks=int(step_fallbacks[b]), remasks=int(res.remasks[b]) if res.remasks is not None else 0,
                    batch_size=len(batch), latency_s=round(latency, 6))
         rows.append(row)
     return rows

@@ -103,6 +103,34 @@ def test_wino_drafts_low_and_remasks_what_fails_verification():
     assert guarded.remasks.tolist() == [0] and guarded.steps.tolist() == [3]
 
 
+def test_wino_rival_margin_keeps_a_mode_among_equals_and_revokes_an_outvoted_draft():
+    from framework.engine.features import compute_features
+
+    logits = torch.zeros(1, 4, 10)
+    logits[0, 3, 0] = 9.0  # slot 3 masked and confident: this step's draft
+    f = compute_features(logits, eligible=torch.tensor([[False, False, False, True]]),
+                         masked=torch.tensor([[False, False, False, True]]), rel=torch.arange(4)[None], gen_length=4,
+                         block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), 4),
+                         block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), 4),
+                         step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    f.revocable = torch.tensor([[True, True, True, False]])
+    # slot 0: one of three equal modes (p .34, favourite .35); slot 1: outvoted (p .30, favourite .65);
+    # slot 2: verified (p .97)
+    f.verify_prob = torch.tensor([[0.34, 0.30, 0.97, float("nan")]])
+    f.verify_top_prob = torch.tensor([[0.35, 0.65, 0.97, float("nan")]])
+    wino = build_controller("wino", draft_threshold=0.9, verify_threshold=0.9, progress_guard=False)
+    assert wino.decide(f, None).remask.tolist() == [[True, True, False, False]]  # WINO's rule: both below τ₂
+    wino.set_params(rival_margin=0.1)
+    assert wino.decide(f, None).remask.tolist() == [[False, True, False, False]]  # only the outvoted one
+    # the garden's a/x flip-flop: each re-masked token was its slot's favourite, so δ = 0 keeps it
+    res = decode(JointDenoiser(**GARDEN), [PROMPT], build_controller(
+        "wino", draft_threshold=0.9, verify_threshold=0.5, progress_guard=False, rival_margin=0.0),
+        DecodeConfig(gen_length=3))
+    assert res.remasks.tolist() == [0] and res.steps.tolist() == [3]
+    with pytest.raises(ParameterError, match="rival_margin=1.5"):
+        build_controller("wino", rival_margin=1.5)
+
+
 def test_wino_verifies_inside_the_steps_own_forward_on_a_model_with_a_shadow_block():
     model = tiny(2)
     wino = build_controller("wino", draft_threshold=0.9, verify_threshold=0.99, progress_guard=False)

@@ -40,6 +40,28 @@ def test_run_profile_rows_and_ratios(model):
     assert any("step vs greedy" in line for line in lines)
 
 
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+def test_the_verify_loop_pays_no_extra_forward_and_decodes_the_same(model, cache):
+    # LLaDA's rule that asks for WINO's verification: the shadow block rides in each step's forward
+    from experiments.profile import _Verifying
+
+    prompts = torch.randint(0, 500, (2, 12), generator=torch.Generator().manual_seed(2)).tolist()
+    config = DecodeConfig(gen_length=16, block_length=8, cache=cache)
+    plain = decode(model, prompts, build_controller("llada", steps=8), config)
+    seen = []
+    verifying = _Verifying(build_controller("llada", steps=8))
+    verifying.decide = lambda f, s: seen.append(f.verify_prob) or verifying.controller.decide(f, s)
+    ver = decode(model, prompts, verifying, config)
+    assert torch.equal(ver.generated, plain.generated) and ver.nfe.tolist() == plain.nfe.tolist() == [8, 8]
+    assert sum(v is not None for v in seen) >= 6  # every step with a decided token of this decode verified it
+    rows = run_profile(model, batches=(1,), caches=(cache,), temperatures=(0.0,), prompt_length=8, gen_length=16,
+                       block_length=8, steps=8, repeats=1, loops=("decode", "verify"))
+    assert [r.loop for r in rows] == ["decode", "verify"] and rows[1].nfe == 8
+    assert "step with WINO's verification vs without" in ratios(rows)[0]
+    with pytest.raises(ValueError, match="unknown profile loop.*'nope'.*decode, bare, verify"):
+        run_profile(model, loops=("nope",))
+
+
 def test_cli_prints_the_table_and_writes_json(tmp_path, capsys):
     out = tmp_path / "p.json"
     code = main(["profile", "--batch", "1", "--cache", "dual", "--temperature", "0", "--repeats", "1",

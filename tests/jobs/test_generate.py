@@ -403,7 +403,7 @@ def test_output_with_other_settings_or_a_corrupt_row_is_refused(tmp_path, refere
         job(out, controller=FastDLLM(threshold=0.7))
     lines = out.read_text().splitlines()
     out.write_text(lines[0] + "\n" + '{"id": "x"}\n' + lines[1] + "\n")
-    with pytest.raises(OutputFileError, match=r"o.jsonl:2: row does not follow the adec-generate/1 schema: "
+    with pytest.raises(OutputFileError, match=r"o.jsonl:2: row does not follow the adec-generate/2 schema: "
                                               r"missing field 'schema'"):
         job(out)
     s = job(out, overwrite=True)
@@ -646,6 +646,49 @@ def test_validate_row_names_every_problem(reference):
         validate_row({**row, "error": "x", "error_type": "model"})
     with pytest.raises(RowSchemaError, match="status 'error' must have null 'text'"):
         validate_row({**row, "status": "error", "error": "x", "error_type": "model"})
+
+
+def test_rows_count_remasks_and_files_of_the_earlier_schema_still_resume(tmp_path, reference):
+    row = dict(reference["q0"])
+    assert row["schema"] == "adec-generate/2" and row["remasks"] == 0  # FastDLLM never re-masks
+    with pytest.raises(RowSchemaError, match="status 'ok' needs 'remasks'"):
+        validate_row({**row, "remasks": None})
+    with pytest.raises(RowSchemaError, match="missing field 'remasks'"):
+        validate_row({k: v for k, v in row.items() if k != "remasks"})
+    old = {k: v for k, v in row.items() if k != "remasks"} | {"schema": "adec-generate/1"}
+    validate_row(old)  # a row written before the field existed
+    with pytest.raises(RowSchemaError, match="unknown field 'remasks'"):
+        validate_row({**old, "remasks": 0})
+    with pytest.raises(RowSchemaError, match="'schema' is 'adec-generate/9'; allowed: 'adec-generate/1' or"):
+        validate_row({**row, "schema": "adec-generate/9"})
+    # a file of /1 rows, interrupted: the resume keeps them and writes the rest as /2
+    out = tmp_path / "o.jsonl"
+    job(out, items=items_of(PROMPTS[:3]))
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "remasks"} | {"schema": "adec-generate/1"})
+                           + "\n" for r in lines))
+    s = job(out)
+    rows = by_id(out)
+    assert s.done == len(PROMPTS) - 3 and len(rows) == len(PROMPTS)
+    assert sorted(r["schema"][-1] for r in rows.values()) == ["1"] * 3 + ["2"] * (len(PROMPTS) - 3)
+
+
+def test_item_deadline_is_checked_before_a_windowed_models_forwards_too():
+    # the engine calls window_logits / shadow_window_logits of a windowed model, not its __call__
+    from framework.jobs.errors import DeadlineExceeded
+    from framework.jobs.guards import _DeadlineModel
+    from framework.models.tiny import TinyConfig, TinyDenoiser
+
+    tiny = TinyDenoiser(TinyConfig(vocab_size=12, mask_token_id=11, pad_token_id=0, eos_token_id=1, max_len=16,
+                                   d_model=16, n_layers=1, n_heads=2, d_ff=32)).eval()
+    late = _DeadlineModel(tiny, started=time.monotonic() - 10, item_limit=1.0, job_deadline=None, job_limit=None,
+                          job_started=time.monotonic())
+    x = torch.randint(2, 10, (1, 8))
+    for call in (lambda: late.window_logits(x, None, torch.arange(4, 8)[None]),
+                 lambda: late.shadow_window_logits(x, None, torch.arange(4, 8)[None]), lambda: late(x)):
+        with pytest.raises(DeadlineExceeded):
+            call()
+    assert late.mask_token_id == 11 and late.supports_kv_cache  # everything else passes through
 
 
 # ---------------------------------------------------------------------------------- CLI
