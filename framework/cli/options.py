@@ -97,17 +97,23 @@ def add_decoding_args(p: argparse.ArgumentParser, *, default_controller: str = "
     g.add_argument("--seed", type=int, default=0, help="base seed (default: 0)")
 
 
+#: the keys of ``--lookahead`` (``Lookahead.params``; a test keeps this list complete without importing
+#: the engine when the parser is built)
+LOOKAHEAD_OPTIONS = ("width", "positions", "branch", "rollout", "rollout_threshold", "max_depth", "complete",
+                     "verify", "hold", "hold_bonus", "rescore")
+
+
 def add_lookahead_args(p: argparse.ArgumentParser) -> None:
     """``--scorer SPEC`` and ``--lookahead KEY=VALUE`` (read by :func:`build_lookahead`)."""
     g = p.add_argument_group("lookahead")
     g.add_argument("--scorer", metavar="SPEC", default=None,
                    help="enable lookahead, ranking rollouts with this scorer or weighted mix, e.g. "
                         "'logprob:0.7,consistency:0.3,repetition:1' (see 'adec list scorers'); it acts at "
-                        "steps where the controller asks for a lookahead depth (confidence_ladder, compose)")
+                        "steps where the controller asks for a lookahead depth (margin_topk, entropy_topk, "
+                        "confidence_ladder, compose)")
     g.add_argument("--lookahead", dest="lookahead_sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="lookahead option, repeatable: width, positions, rollout, rollout_threshold, "
-                        "max_depth, complete, verify (with --scorer; extra NFE are capped by "
-                        "--set lookahead_budget=N)")
+                   help="lookahead option, repeatable: " + ", ".join(LOOKAHEAD_OPTIONS) + " (with --scorer; "
+                        "see docs/lookahead.md; extra NFE are capped by --set lookahead_budget=N)")
 
 
 @dataclass

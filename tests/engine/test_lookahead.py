@@ -417,6 +417,9 @@ def test_cli_scorer_option_builds_the_lookahead():
         build_lookahead(build_parser().parse_args(["decode", "--scorer", "logprob", "--lookahead", "wdth=2"]))
     with pytest.raises(ParameterError, match="without --scorer"):
         build_lookahead(build_parser().parse_args(["decode", "--lookahead", "width=2"]))
+    from framework.cli.options import LOOKAHEAD_OPTIONS
+
+    assert sorted(LOOKAHEAD_OPTIONS) == sorted(Lookahead.params)  # --help names every knob
 
 
 def test_lookahead_sweep_rows_on_an_untrained_pairs_model():

@@ -137,8 +137,12 @@ def test_wino_verifies_inside_the_steps_own_forward_on_a_model_with_a_shadow_blo
     res = decode(model, [[3, 4, 5], [6, 7]], wino, DecodeConfig(gen_length=12, block_length=6))
     assert (res.nfe == res.steps).all() and int(res.remasks.sum()) > 0  # one forward a step, re-masks happen
     for mode in ("prefix", "dual"):  # under a KV cache the shadow block rides in the cached forward too
-        cached = decode(model, [[3, 4, 5], [6, 7]], wino, DecodeConfig(gen_length=12, block_length=6, cache=mode))
+        cfg = DecodeConfig(gen_length=12, block_length=6, cache=mode)
+        cached = decode(model, [[3, 4, 5], [6, 7]], wino, cfg)
         assert (cached.nfe == cached.steps).all() and int(cached.remasks.sum()) > 0, mode
+        for i, prompt in enumerate([[3, 4, 5], [6, 7]]):  # ragged rows: a batch of N equals N single runs
+            single = decode(model, [prompt], wino, cfg)
+            assert torch.equal(single.generated[0], cached.generated[i]) and single.nfe[0] == cached.nfe[i], mode
     # a model without a shadow block under the cache: one counted probe forward per verified token
     from framework.testing.toys import CachedToy
 
