@@ -15,6 +15,9 @@ SCHEMA = "adec-generate/2"
 SCHEMAS = ("adec-generate/1", SCHEMA)
 #: fields that rows of the earlier schema do not have
 NEW_IN_2 = ("remasks",)
+#: the identity the settings hash is taken under: fixed, so that a results file written before the
+#: rows gained fields still resumes (its rows keep their schema; new rows are written as SCHEMA)
+SETTINGS_ID = "adec-generate/1"
 ERROR_TYPES = ("empty_prompt", "too_long", "encode", "controller", "scorer", "timeout", "oom", "model", "output")
 #: Row fields that must be identical whatever the batch size, back-off, bisection or resume.
 RESULT_FIELDS = ("id", "status", "prompt", "params", "seed", "controller", "text", "prompt_ids",

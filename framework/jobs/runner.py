@@ -60,7 +60,7 @@ from framework.jobs.errors import (
     is_oom,
 )
 from framework.jobs.guards import _DeadlineModel, _GuardedController, _GuardedLookahead
-from framework.jobs.output import SCHEMA, _ResultFile, _rewrite, _scan
+from framework.jobs.output import SETTINGS_ID, _ResultFile, _rewrite, _scan
 from framework.jobs.plan import (
     _as_factory,
     _base_row,
@@ -162,7 +162,7 @@ def run_generation_job(
         fallback.validate()
         _dry_reset(fallback, config, int(denoiser.mask_token_id))
     settings = {
-        "schema": SCHEMA, "model": loaded_model.name, "controller": _jsonable(base_ctrl.to_dict()),
+        "schema": SETTINGS_ID, "model": loaded_model.name, "controller": _jsonable(base_ctrl.to_dict()),
         "config": _jsonable(config.get_params()), "lookahead": _describe_lookahead(lookahead, lookahead_spec),
         "fallback": _jsonable(fallback.to_dict()) if fallback is not None else None,
     }
@@ -339,8 +339,8 @@ def _decode_batch(batch: list[_Work], loaded_model: Any, lookahead: Any, fallbac
         row = _base_row(w, loaded_model, settings_hash, _name(ctrl))
         row.update(text=tok.decode(gen, stop_at_eos=True), prompt_ids=list(w.ids), generated_ids=gen,
                    nfe=int(res.nfe[b]), steps=int(res.steps[b]), lookahead_nfe=int(res.lookahead_nfe[b]),
-                   lookahead_fallbacks=int(step_fallbacks[b]), remasks=int(res.remasks[b]) if res.remasks is not None else 0,
-                   batch_size=len(batch), latency_s=round(latency, 6))
+                   lookahead_fallbacks=int(step_fallbacks[b]),
+                   remasks=int(res.remasks[b]) if res.remasks is not None else 0, batch_size=len(batch), latency_s=round(latency, 6))
         rows.append(row)
     return rows
 

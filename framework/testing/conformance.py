@@ -42,6 +42,9 @@ The checks (:func:`controller_checks` yields them in this order), all on small t
                           with ``remask_budget=2, remask_per_position=1`` a sample re-masks at most
                           2 tokens, ends within ``gen_length + 2`` steps with nothing masked; a
                           controller that does not declare ``revocable`` re-masks nothing.
+``shadow_verification``   a controller that declares ``verifies``, on a 2-layer tiny transformer with
+                          WINO's shadow block under every cache mode: one forward a step (NFE =
+                          steps), a ragged batch equals single runs, decoding finishes.
 
 Hooks a controller class may define:
 
@@ -352,6 +355,45 @@ def check_revocable_bounds(cls_or_name: Any) -> None:
             _fail(f"with {config!r}, decoding ended with masked positions left: {result.generated.tolist()}")
 
 
+def _shadow_model() -> Any:
+    """A 2-layer tiny transformer (random weights) with WINO's shadow block and a real KV cache; its head
+    is scaled so predictions are peaked: several drafts a step, some of which fail verification (WINO
+    re-masks under greedy decoding with every cache mode)."""
+    from framework.models.tiny import TinyConfig, TinyDenoiser
+
+    torch.manual_seed(0)
+    cfg = TinyConfig(vocab_size=16, mask_token_id=15, pad_token_id=0, eos_token_id=14, max_len=24, d_model=16,
+                     n_layers=2, n_heads=2, d_ff=32)
+    model = TinyDenoiser(cfg).eval()
+    with torch.no_grad():
+        model.head.weight.mul_(60.0)
+    return model
+
+
+def check_shadow_verification(cls_or_name: Any) -> None:
+    """A controller that ``verifies`` gets the shadow block on a real transformer under every cache mode:
+    no extra forward, a ragged batch equals single runs, decoding finishes (others: nothing to check)."""
+    cls = _resolve(cls_or_name)
+    if not bool(getattr(_make(cls), "verifies", False)):
+        return
+    model = _shadow_model()
+    for config in _configs(block_length=4):
+        batch, spy = _run(_make(cls), model, PROMPTS, config, SEEDS)
+        problems = spy.problems["subset"] + spy.problems["fields"]
+        if problems:
+            _fail(f"with {config!r} on a tiny transformer: " + "; ".join(problems))
+        if not torch.equal(batch.nfe, batch.steps):
+            _fail(f"with {config!r}: NFE {batch.nfe.tolist()} but steps {batch.steps.tolist()}; the shadow block "
+                  f"rides in each step's forward, so a verifying controller costs one forward a step")
+        if (batch.generated == model.mask_token_id).any():
+            _fail(f"with {config!r}, decoding ended with masked positions left: {batch.generated.tolist()}")
+        for i, (prompt, seed) in enumerate(zip(PROMPTS, SEEDS)):
+            single, _ = _run(_make(cls), model, [prompt], config, [seed])
+            if not _same(batch, i, single, 0):
+                _fail(f"with {config!r} on a tiny transformer, prompt {list(prompt)} alone gives {_row(single, 0)}, "
+                      f"as row {i} of a batch {_row(batch, i)}")
+
+
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("params_declared", check_params_declared),
     ("param_validation", check_param_validation),
@@ -365,6 +407,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("decided_positions", check_decided_positions),
     ("semi_ar_blocks", check_semi_ar_blocks),
     ("revocable_bounds", check_revocable_bounds),
+    ("shadow_verification", check_shadow_verification),
 )
 
 

@@ -12,6 +12,7 @@ import torch
 from framework.core.params import Param
 from framework.engine.config import CACHE_MODES, DecodeConfig
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from framework.engine.denoise import supports_cache
 from framework.engine.features import StepFeatures
 from framework.engine.loop import DecodeResult, decode
 
@@ -161,7 +162,7 @@ class _Spy:
 def _run(controller: Controller, model: Any, prompts: Sequence[Sequence[int]], config: DecodeConfig,
          seeds: Optional[Sequence[int]] = None) -> tuple[DecodeResult, _Spy]:
     spy = _Spy(controller, int(model.vocab_size), int(model.mask_token_id))
-    if config.cache != "none":
+    if config.cache != "none" and not supports_cache(model):  # a plain toy: served through a visible cache
         from framework.testing.toys import CachedToy
 
         model = CachedToy(model)

@@ -129,6 +129,7 @@ def test_corpus_splits_by_paragraph_and_tokenizer_round_trips():
     for ex in task.examples("test", 30):
         para = test_paras[ex.meta["paragraph"]]
         assert para[ex.meta["start"]:].startswith(ex.prompt + ex.answer)  # a window of one test paragraph
+        assert ex.prompt + ex.answer not in train_text  # held out: the model never trained on it
         assert ex.meta["start"] == 0 or para[ex.meta["start"] - 1] == " "  # starting at a word
         ids = task.prompt_ids(ex) + task.target_ids(ex)
         assert len(task.prompt_ids(ex)) == task.prompt_length and len(ids) == task.canvas_length

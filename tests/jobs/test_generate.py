@@ -661,12 +661,10 @@ def test_rows_count_remasks_and_files_of_the_earlier_schema_still_resume(tmp_pat
         validate_row({**old, "remasks": 0})
     with pytest.raises(RowSchemaError, match="'schema' is 'adec-generate/9'; allowed: 'adec-generate/1' or"):
         validate_row({**row, "schema": "adec-generate/9"})
-    # a file of /1 rows, interrupted: the resume keeps them and writes the rest as /2
+    # a file written by the version before `remasks` (this job's first 3 items, interrupted): the resume
+    # takes its settings as this job's, keeps those rows and writes the rest as /2
     out = tmp_path / "o.jsonl"
-    job(out, items=items_of(PROMPTS[:3]))
-    lines = [json.loads(line) for line in out.read_text().splitlines()]
-    out.write_text("".join(json.dumps({k: v for k, v in r.items() if k != "remasks"} | {"schema": "adec-generate/1"})
-                           + "\n" for r in lines))
+    out.write_bytes((Path(__file__).parents[1] / "fixtures" / "generate_v1_rows.jsonl").read_bytes())
     s = job(out)
     rows = by_id(out)
     assert s.done == len(PROMPTS) - 3 and len(rows) == len(PROMPTS)
