@@ -10,6 +10,11 @@ from framework.core.params import Configurable, Param, ParameterError
 
 #: the loop's KV-cache modes (``DecodeConfig.cache``)
 CACHE_MODES = ("none", "prefix", "dual")
+#: how a verifying controller's ``features.verify_prob`` is computed (``DecodeConfig.verification``)
+VERIFICATIONS = ("shadow", "probe")
+#: options added after results files began recording a settings hash, with the default that keeps the
+#: earlier behaviour: left out of that hash at this default, so earlier files still resume
+LATER_DEFAULTS = {"verification": "shadow"}
 
 
 class DecodeConfig(Configurable):
@@ -37,6 +42,9 @@ class DecodeConfig(Configurable):
             (``None`` = ``gen_length``). Every step commits at least one masked position, so a
             sample takes at most ``gen_length + remask_budget`` steps.
         remask_per_position: most times one position may be re-masked.
+        verification: for controllers that ``verify``: ``shadow`` (WINO's shadow block in the step's
+            own forward where the model has one, else exact probes) or ``probe`` (always exact: one
+            forward per verified slot with that slot masked, each counted in NFE).
     """
 
     params = {
@@ -53,6 +61,8 @@ class DecodeConfig(Configurable):
         "remask_budget": Param(int, low=0, nullable=True,
                                doc="revocable decoding: most re-masks per sample; null = gen_length"),
         "remask_per_position": Param(int, low=0, doc="revocable decoding: most re-masks of one position"),
+        "verification": Param(str, choices=VERIFICATIONS,
+                              doc="verify_prob by WINO's shadow block (one forward) or exact probes (one a slot)"),
     }
 
     def __init__(
@@ -68,6 +78,7 @@ class DecodeConfig(Configurable):
         cache_refresh: Optional[int] = None,
         remask_budget: Optional[int] = None,
         remask_per_position: int = 2,
+        verification: str = "shadow",
     ) -> None:
         self.gen_length = gen_length
         self.block_length = block_length
@@ -80,6 +91,7 @@ class DecodeConfig(Configurable):
         self.cache_refresh = cache_refresh
         self.remask_budget = remask_budget
         self.remask_per_position = remask_per_position
+        self.verification = verification
 
     def check_combination(self) -> None:
         if self.cache == "none" and self.cache_refresh is not None:

@@ -187,20 +187,20 @@ def token_logprob(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
 
 
 def verification_logits(model: Any, x: torch.Tensor, attn: torch.Tensor, cols: torch.Tensor,
-                        probe: torch.Tensor) -> tuple[Optional[torch.Tensor], torch.Tensor]:
+                        probe: torch.Tensor, exact: bool = False) -> tuple[Optional[torch.Tensor], torch.Tensor]:
     """Logits ``[b, W, V]`` of each window column ``cols`` with that column hidden (rows of the
     ``probe`` ``[b, W]`` slots are meaningful; ``None`` when nothing is probed), and the forwards
     this cost per row ``[b]``.
 
     A model with the shadow block runs it as one extra forward (1 per row that probes). Any other
-    denoiser gets the exact version: one canvas per probed slot with that slot masked, batched,
-    each counted as one forward of its row.
+    denoiser (and any, with ``exact``) gets the exact version: one canvas per probed slot with that
+    slot masked, batched, each counted as one forward of its row.
     """
     b, w = cols.shape
     cost = torch.zeros(b, dtype=torch.long, device=x.device)
     if not probe.any():
         return None, cost
-    if supports_shadow(model):
+    if supports_shadow(model) and not exact:
         idx = probe.any(1).nonzero().squeeze(1)
         _, sh = model.shadow_logits(x[idx], attn[idx], cols[idx])
         out = sh.new_zeros((b, *sh.shape[1:]))

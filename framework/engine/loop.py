@@ -187,7 +187,8 @@ def decode(
     remask_count = torch.zeros_like(x)
     remasks = zeros()
     verifies = bool(getattr(controller, "verifies", False))
-    shadow_step = verifies and supports_shadow(model)  # the shadow block rides in the step's forward
+    # the shadow block rides in the step's forward; verification='probe' asks for the exact probes
+    shadow_step = verifies and config.verification == "shadow" and supports_shadow(model)
     max_steps = G + 1 + config.effective_remask_budget  # ≥ 1 commit a step, ≤ budget re-masks a sample
     pending: dict[int, tuple[torch.Tensor, ...]] = {}  # row -> (canvas, window columns, logits) from a lookahead
     forward_s = 0.0
@@ -238,7 +239,8 @@ def decode(
             logits = session.logits(x, attn, rows, w_cols, valid, sub(block_index), sub(lengths))
         pending = {}  # spent, or stale: every unfinished row is decoded this step
         if verifies and not shadow_step:
-            shadow, cost = verification_logits(model, xs, sub(attn), w_cols, rev_w)
+            shadow, cost = verification_logits(model, xs, sub(attn), w_cols, rev_w,
+                                               exact=config.verification == "probe")
             nfe[rows] += cost
         forward_s += time.perf_counter() - t0
         logits = suppress_mask_logit(logits, mask_id)

@@ -44,7 +44,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.engine.config import DecodeConfig
+from framework.engine.config import LATER_DEFAULTS, DecodeConfig
 from framework.engine.controller import Controller
 from framework.engine.controller_io import build_controller
 from framework.engine.loop import decode
@@ -163,7 +163,7 @@ def run_generation_job(
         _dry_reset(fallback, config, int(denoiser.mask_token_id))
     settings = {
         "schema": SETTINGS_ID, "model": loaded_model.name, "controller": _jsonable(base_ctrl.to_dict()),
-        "config": _jsonable(config.get_params()), "lookahead": _describe_lookahead(lookahead, lookahead_spec),
+        "config": _jsonable(_hashed_config(config)), "lookahead": _describe_lookahead(lookahead, lookahead_spec),
         "fallback": _jsonable(fallback.to_dict()) if fallback is not None else None,
     }
     info = getattr(loaded_model, "info", None) or {}
@@ -343,6 +343,12 @@ def _decode_batch(batch: list[_Work], loaded_model: Any, lookahead: Any, fallbac
                    remasks=int(res.remasks[b]) if res.remasks is not None else 0, batch_size=len(batch), latency_s=round(latency, 6))
         rows.append(row)
     return rows
+
+
+def _hashed_config(config: DecodeConfig) -> dict[str, Any]:
+    """The decoding options the settings hash covers: options added later are left out at the
+    default that keeps the earlier behaviour (``LATER_DEFAULTS``), so earlier results files resume."""
+    return {k: v for k, v in config.get_params().items() if not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])}
 
 
 def _on_failure(batch: list[_Work], kind: str, reason: str, explicit: deque, sizer: BatchSizer,

@@ -152,6 +152,19 @@ def test_wino_verifies_inside_the_steps_own_forward_on_a_model_with_a_shadow_blo
     assert (probed.nfe > probed.steps).all()
 
 
+def test_verification_by_exact_probes_decides_as_the_one_layer_shadow_and_counts_each_probe():
+    model = tiny(1)  # one layer: the shadow block equals a probe (first test), so the decisions agree
+    wino = build_controller("wino", draft_threshold=0.9, verify_threshold=0.99, progress_guard=False)
+    prompts = [[3, 4, 5], [6, 7]]
+    shadow = decode(model, prompts, wino, DecodeConfig(gen_length=12, block_length=6))
+    probe = decode(model, prompts, wino, DecodeConfig(gen_length=12, block_length=6, verification="probe"))
+    assert int(shadow.remasks.sum()) > 0 and torch.equal(shadow.generated, probe.generated)
+    assert torch.equal(shadow.remasks, probe.remasks) and torch.equal(shadow.steps, probe.steps)
+    assert (shadow.nfe == shadow.steps).all() and (probe.nfe > probe.steps).all()  # one forward a probe
+    with pytest.raises(ParameterError, match="verification='exact'.*'shadow', 'probe'"):
+        DecodeConfig.build(verification="exact")
+
+
 @pytest.mark.parametrize("which", ["tiny", "llada"])
 @pytest.mark.parametrize("mode", ["prefix", "dual"])
 def test_cached_shadow_block_equals_the_uncached_one_on_a_fresh_cache(which, mode, tmp_path):
