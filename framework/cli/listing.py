@@ -11,13 +11,34 @@ KINDS = {
     "tasks": ("framework.tasks.base", "TASKS"),
     "models": ("framework.training.zoo", "MODELS"),
     "metrics": ("experiments.metrics", "METRICS"),
+    "options": ("framework.cli.listing", "OPTIONS"),
 }
+
+
+class _Options:
+    """The loop's and the lookahead's own options, listed like a registry (``adec list options``)."""
+
+    def names(self) -> list[str]:
+        return ["decoding", "lookahead"]
+
+    def get(self, name: str):
+        if name == "decoding":
+            from framework.engine.config import DecodeConfig
+
+            return DecodeConfig
+        from framework.engine.lookahead import Lookahead
+
+        return Lookahead
+
+
+OPTIONS = _Options()
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
-        "list", help="list registered controllers, scorers, tasks, models and metrics",
-        description="List what is registered, built-in and from entry points. With --verbose, "
+        "list", help="list registered controllers, scorers, tasks, models, metrics and the loop's options",
+        description="List what is registered, built-in and from entry points, and the options of the loop "
+                    "(decoding: --set KEY=VALUE) and of the lookahead (--lookahead KEY=VALUE). With --verbose, "
                     "every parameter with its allowed range, default and meaning.",
     )
     p.add_argument("kind", nargs="?", default="all", choices=["all", *KINDS],
@@ -68,14 +89,15 @@ def markdown(kinds: list[str]) -> str:
                 out += ["| parameter | default | allowed | tuned over | meaning |", "|---|---|---|---|---|"]
                 for pname, spec in params.items():
                     tune = f"{spec.tune}" if getattr(spec, "tune", None) else ""
-                    out.append(f"| `{pname}` | `{defaults.get(pname, '-')!r}` | {spec.allowed()} | {tune} | {spec.doc} |")
+                    cells = [f"`{pname}`", f"`{defaults.get(pname, '-')!r}`", spec.allowed(), tune, spec.doc]
+                    out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
                 out.append("")
     return "\n".join(out).rstrip() + "\n"
 
 
 def run(args: argparse.Namespace) -> int:
     if args.markdown:
-        kinds = ["controllers", "scorers"] if args.kind == "all" else [args.kind]
+        kinds = ["controllers", "scorers", "options"] if args.kind == "all" else [args.kind]
         print(markdown(kinds), end="")
         return 0
     kinds = list(KINDS) if args.kind == "all" else [args.kind]

@@ -12,8 +12,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_controllers_reference_is_current():
     current = (ROOT / "docs" / "controllers.md").read_text()
-    assert current == markdown(["controllers", "scorers"]), (
+    assert current == markdown(["controllers", "scorers", "options"]), (
         "docs/controllers.md is stale: run `adec list --markdown > docs/controllers.md`")
+
+
+def test_list_options_explains_every_loop_and_lookahead_option(capsys):
+    from framework.cli.main import main
+    from framework.engine.config import DecodeConfig
+    from framework.engine.lookahead import Lookahead
+
+    assert main(["list", "options", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    for name, spec in [*DecodeConfig.params.items(), *Lookahead.params.items()]:
+        assert f"      {name} " in out and spec.doc in out, name
+    # a '|' inside a cell is escaped, so the Markdown tables keep their columns
+    table = [line for line in markdown(["options"]).splitlines() if line.startswith("| `cache`")][0]
+    assert table.count(" | ") == 4 and "none \\| prefix" in table
 
 
 def test_readme_commands_are_real_subcommands():
