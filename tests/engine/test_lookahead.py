@@ -261,14 +261,7 @@ def _features(m, x):
 
 
 def test_candidate_set_design_top_alternatives_joint_and_capped():
-    m = garden()
-    x = torch.tensor([[7, 9, 9, 9]])
-    from framework.engine.features import compute_features
-
-    f = compute_features(m(x), eligible=x == 9, masked=x == 9, rel=torch.arange(4)[None] - 1, gen_length=3,
-                         block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), 3),
-                         block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), 3),
-                         step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    f = _features(garden(), torch.tensor([[7, 9, 9, 9]]))
     commit = torch.tensor([[False, False, False, True]])
     k = torch.tensor([[1, 3, 3, 1]])
     d = Decision(commit=commit, k=k, depth=torch.tensor([1]))
@@ -293,14 +286,7 @@ def test_candidate_set_design_top_alternatives_joint_and_capped():
 
 
 def test_branch_lowest_takes_the_riskiest_uncertain_position_highest_the_next_commit():
-    m = garden()
-    x = torch.tensor([[7, 9, 9, 9]])
-    from framework.engine.features import compute_features
-
-    f = compute_features(m(x), eligible=x == 9, masked=x == 9, rel=torch.arange(4)[None] - 1, gen_length=3,
-                         block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), 3),
-                         block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), 3),
-                         step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    f = _features(garden(), torch.tensor([[7, 9, 9, 9]]))
     f.margin = torch.tensor([[0.0, 0.10, 0.40, 0.95]])  # slot 3 is committed, 1 and 2 are uncertain
     commit = torch.tensor([[False, False, False, True]])
     d = Decision(commit=commit, k=torch.tensor([[1, 3, 3, 1]]), depth=torch.tensor([1]))
