@@ -133,10 +133,7 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
             q, k, v = F.linear(layer.norm1(h), attn.in_proj_weight, attn.in_proj_bias).chunk(3, dim=-1)
             q, k, v = (z.view(b, t, nh, -1).transpose(1, 2) for z in (q, k, v))
             if cache is not None:
-                own = (k[:, :, t - e:], v[:, :, t - e:]) if e else None
-                k, v = cache.write(i, k, v, write_positions, write_rows)
-                if own is not None:
-                    k, v = torch.cat([k, own[0]], dim=2), torch.cat([v, own[1]], dim=2)
+                k, v = cache.write(i, k, v, write_positions, write_rows, e)
             elif use_cache:
                 keys.append(k)
                 values.append(v)

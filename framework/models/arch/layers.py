@@ -81,11 +81,13 @@ class KVCache:
         return KVCache([k.clone() for k in self.keys], [v.clone() for v in self.values])
 
     def write(self, layer: int, k: Tensor, v: Tensor, positions: Tensor,
-              rows: Optional[tuple[Tensor, Tensor]] = None) -> tuple[Tensor, Tensor]:
+              rows: Optional[tuple[Tensor, Tensor]] = None, ephemeral: int = 0) -> tuple[Tensor, Tensor]:
         """Store layer ``layer``'s new ``k, v`` (``[B, H_kv, T, D]``) in place and return its full
         ``[B, H_kv, S, D]`` tensors. Either ``positions`` is ``[B, T]`` (every query row is written,
         one scatter, no host sync) or ``rows = (b, t)`` selects the written entries and
-        ``positions`` is their 1-D slot list."""
+        ``positions`` is their 1-D slot list. With ``ephemeral`` = E the last E queries' keys and
+        values (not written: ``rows`` leaves them out) follow the S slots in the returned tensors,
+        ``[B, H_kv, S + E, D]``: seen in this forward only, never cached."""
         ck, cv = self.keys[layer], self.values[layer]
         if rows is None:
             idx = positions[:, None, :, None].expand(-1, ck.shape[1], -1, ck.shape[3])
@@ -95,6 +97,10 @@ class KVCache:
             b, t = rows
             ck[b, :, positions] = k.transpose(1, 2)[b, t].to(ck.dtype)
             cv[b, :, positions] = v.transpose(1, 2)[b, t].to(cv.dtype)
+        if ephemeral:
+            n = k.shape[2] - ephemeral
+            return (torch.cat([ck, k[:, :, n:].to(ck.dtype)], dim=2),
+                    torch.cat([cv, v[:, :, n:].to(cv.dtype)], dim=2))
         return ck, cv
 
 
@@ -179,10 +185,7 @@ class SelfAttention(nn.Module):
         k = apply_rope(k, cos, sin, self.rope_full_precision)
         present = None
         if cache is not None:
-            own = (k[:, :, T - ephemeral:], v[:, :, T - ephemeral:]) if ephemeral else None
-            k, v = cache.write(layer, k, v, write_positions, write_rows)
-            if own is not None:  # the last queries' keys, seen in this forward only (never cached)
-                k, v = torch.cat([k, own[0].to(k.dtype)], dim=2), torch.cat([v, own[1].to(v.dtype)], dim=2)
+            k, v = cache.write(layer, k, v, write_positions, write_rows, ephemeral)
         elif want_kv:  # a refresh: store contiguous [B, H_kv, T, D] so later in-place writes are plain strides
             present = (k.contiguous(), v.contiguous())
         if self.n_kv_heads != self.n_heads:  # GQA: kv head j serves query heads j*g .. j*g+g-1
