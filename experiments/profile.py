@@ -8,8 +8,11 @@ time and memory, not text). Each run decodes ``batch`` prompts of ``prompt_lengt
 through a **bare loop**: the same forwards and cache policy, then a softmax over the block only
 and the top-k commit, nothing else (what a hand-written ``generate.py`` does). For every
 ``cache = none | prefix | dual`` and temperature the table gives per-step milliseconds split into
-the forward and the rest, milliseconds per generated token, and the peak memory of the run above
-what was allocated before it (CPU: resident set size, sampled; CUDA: the allocator's peak).
+the forward and the rest, milliseconds per generated token, and memory from PyTorch's allocator
+(every allocation and free replayed, :class:`framework.core.measure.AllocatedPeak`): the peak of
+the run above what was allocated before it, and the peak of a step above what was live when the
+step began (a step = one forward and everything until the next), the largest and the median over
+the run's steps.
 
 Times are medians over ``repeats`` runs, all in one process, one after the other.
 """
@@ -17,12 +20,13 @@ Times are medians over ``repeats`` runs, all in one process, one after the other
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import torch
 
-from framework.core.measure import PeakMemory, median
+from framework.core.measure import AllocatedPeak, PeakMemory, median
 from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
 from framework.engine.denoise import CacheSession
@@ -51,6 +55,8 @@ class ProfileRow:
     ms_per_token: float
     peak_mb: float
     window_logits_mb: float
+    step_peak_mb: float = float("nan")
+    median_step_peak_mb: float = float("nan")
 
 
 def profile_model(vocab_size: int = LLADA_VOCAB, d_model: int = 256, n_layers: int = 4, n_heads: int = 8,
@@ -129,18 +135,39 @@ class _Verifying:
         return getattr(self.controller, name)
 
 
-def _measure(fn: Callable[[], tuple[int, float, float]], repeats: int, device: Any) -> tuple[int, float, float, float]:
-    """``(nfe, median forward s, median total s, peak MiB)``: one warm-up call under the memory
-    sampler, then ``repeats`` timed calls without it (on CPU a sampling thread would steal a core
-    from the timed runs, so time and memory are never measured in the same call)."""
-    with PeakMemory(device) as pm:
+@contextmanager
+def _marked_forwards(model: Any) -> Iterator[None]:
+    """Mark the start of every forward of ``model`` (its ``core``) for :class:`AllocatedPeak`'s spans."""
+    core = model.core
+
+    def marked(*args: Any, **kwargs: Any) -> Any:
+        with AllocatedPeak.mark():
+            return core(*args, **kwargs)
+
+    model.core = marked
+    try:
+        yield
+    finally:
+        del model.core
+
+
+def _measure(fn: Callable[[], tuple[int, float, float]], repeats: int, model: Any
+             ) -> tuple[int, float, float, AllocatedPeak]:
+    """``(nfe, median forward s, median total s, memory)``: one warm-up call under the allocator
+    replay (:class:`AllocatedPeak`, spans = steps), then ``repeats`` timed calls without it (recording
+    every allocation slows a call down, so time and memory are never measured in the same call)."""
+    device = torch.device(model.device)
+    cuda = device.type == "cuda"
+    with _marked_forwards(model), (PeakMemory(device) if cuda else nullcontext()) as pm, AllocatedPeak(device) as ap:
         fn()
+    if cuda:  # the allocator's own peak counter is the reference for the whole run
+        ap.peak_mb = pm.peak_mb
     fwd, tot, nfe = [], [], 0
     for _ in range(repeats):
         nfe, f, t = fn()
         fwd.append(f)
         tot.append(t)
-    return nfe, median(fwd), median(tot), pm.peak_mb
+    return nfe, median(fwd), median(tot), ap
 
 
 def run_profile(
@@ -161,7 +188,6 @@ def run_profile(
     if unknown:
         raise ValueError(f"unknown profile loop(s) {unknown}; allowed: {', '.join(LOOPS)}")
     steps = steps or gen_length // 4
-    device = model.device
     vocab = model.vocab_size
     itemsize = torch.finfo(next(model.parameters()).dtype).bits // 8
     rows: list[ProfileRow] = []
@@ -190,15 +216,17 @@ def run_profile(
                 for name, fn in ((name, fns[name]) for name in loops):
                     if progress:
                         progress(f"{name} batch={batch} cache={cache} T={temperature:g}")
-                    nfe, f, t, peak = _measure(fn, repeats, device)
+                    nfe, f, t, mem = _measure(fn, repeats, model)
+                    steps_mb = mem.span_peaks_mb
                     ms_step = 1000 * t / max(nfe, 1)
                     fwd_step = 1000 * f / max(nfe, 1)
                     rows.append(ProfileRow(
                         loop=name, batch=batch, cache=cache, temperature=temperature, nfe=nfe, steps=nfe,
                         ms_per_step=ms_step, forward_ms_per_step=fwd_step, rest_ms_per_step=ms_step - fwd_step,
                         rest_over_forward=(ms_step - fwd_step) / max(fwd_step, 1e-9),
-                        ms_per_token=1000 * t / (batch * gen_length), peak_mb=peak,
+                        ms_per_token=1000 * t / (batch * gen_length), peak_mb=mem.peak_mb,
                         window_logits_mb=batch * block_length * vocab * itemsize / 2**20,
+                        step_peak_mb=max(steps_mb, default=float("nan")), median_step_peak_mb=median(steps_mb),
                     ))
     return rows
 
@@ -220,7 +248,9 @@ def ratios(rows: Sequence[ProfileRow]) -> list[str]:
         none = idx.get(("decode", batch, "none", temp))
         if cache != "none" and none:
             line += f"; speed-up per token vs cache=none {none.ms_per_token / r.ms_per_token:.2f}x"
-        line += f"; peak {r.peak_mb:.0f} MiB = {r.peak_mb / max(r.window_logits_mb, 1e-9):.2f}x the window's logits"
+        wl = max(r.window_logits_mb, 1e-9)
+        line += (f"; peak of a step {r.step_peak_mb:.0f} MiB = {r.step_peak_mb / wl:.2f}x the window's logits "
+                 f"(median step {r.median_step_peak_mb / wl:.2f}x; whole run {r.peak_mb:.0f} MiB)")
         ver = idx.get(("verify", batch, cache, temp))
         if ver:
             line += f"; step with WINO's verification vs without {ver.ms_per_step / r.ms_per_step:.2f}x"
@@ -230,12 +260,13 @@ def ratios(rows: Sequence[ProfileRow]) -> list[str]:
 
 def markdown_table(rows: Sequence[ProfileRow]) -> str:
     head = ("| loop | batch | cache | T | NFE | ms/step | forward ms | rest ms | rest/forward | ms/token | "
-            "peak MiB | window logits MiB |")
-    lines = [head, "|" + "---|" * 12]
+            "run peak MiB | step peak MiB (max / median) | window logits MiB |")
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         lines.append(f"| {r.loop} | {r.batch} | {r.cache} | {r.temperature:g} | {r.nfe:g} | {r.ms_per_step:.1f} | "
                      f"{r.forward_ms_per_step:.1f} | {r.rest_ms_per_step:.1f} | {r.rest_over_forward:.3f} | "
-                     f"{r.ms_per_token:.2f} | {r.peak_mb:.0f} | {r.window_logits_mb:.0f} |")
+                     f"{r.ms_per_token:.2f} | {r.peak_mb:.0f} | {r.step_peak_mb:.0f} / {r.median_step_peak_mb:.0f} | "
+                     f"{r.window_logits_mb:.0f} |")
     return "\n".join(lines)
 
 

@@ -45,6 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--d-model", type=int, default=512)
     p.add_argument("--layers", type=int, default=8)
     p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--mlp-hidden", type=int, default=None,
+                   help="SwiGLU hidden width (default: 4 x d_model; LLaDA-8B's is 12288 = 3 x 4096)")
     p.add_argument("--repeats", type=int, default=3,
                    help="timed runs per configuration, after one warm-up run that measures peak memory")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -64,7 +66,9 @@ def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
     from framework.models.hub_loading import resolve_device, resolve_dtype
 
-    for name in ("prompt_length", "gen_length", "block_length", "tokens_per_step", "repeats", "d_model", "layers"):
+    args.mlp_hidden = args.mlp_hidden or 4 * args.d_model
+    for name in ("prompt_length", "gen_length", "block_length", "tokens_per_step", "repeats", "d_model", "layers",
+                 "heads", "mlp_hidden"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')}={getattr(args, name)} is out of range; allowed: ≥ 1")
     if any(b < 1 for b in args.batch):
@@ -76,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device) or torch.float32
-    model = profile_model(args.vocab_size, args.d_model, args.layers, args.heads, 4 * args.d_model, device, dtype)
+    model = profile_model(args.vocab_size, args.d_model, args.layers, args.heads, args.mlp_hidden, device, dtype)
     steps = args.gen_length // args.tokens_per_step
     n = len(args.batch) * len(args.cache) * len(args.temperature) * len(args.loops)
     t0 = time.perf_counter()
@@ -91,7 +95,8 @@ def run(args: argparse.Namespace) -> int:
                            loops=args.loops)
     params = sum(p.numel() for p in model.parameters())
     head = (f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, device {device}, {dtype}; "
-            f"model: LLaDA architecture, vocab {args.vocab_size}, d_model {args.d_model}, {args.layers} layers "
+            f"model: LLaDA architecture, vocab {args.vocab_size}, d_model {args.d_model}, {args.layers} layers, "
+            f"{args.heads} heads, MLP {args.mlp_hidden} "
             f"({params / 1e6:.0f}M parameters, random); prompt {args.prompt_length}, generation {args.gen_length}, "
             f"block {args.block_length}, {args.tokens_per_step} tokens per step; medians of {args.repeats} runs; "
             f"{time.perf_counter() - t0:.0f} s in all")

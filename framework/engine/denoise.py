@@ -121,6 +121,9 @@ class CacheSession:
             for i, lg in enumerate(got):
                 if lg is None:
                     continue
+                if pick.numel() == rows.numel():  # every row took this path: no copy
+                    out[i] = lg
+                    continue
                 if out[i] is None:
                     out[i] = lg.new_empty((rows.numel(), *lg.shape[1:]))
                 out[i][pick] = lg  # type: ignore[index]

@@ -67,8 +67,12 @@ def item_seeds(ids: Sequence[str], seed: int) -> torch.Tensor:
 def decode_texts(
     loaded: LoadedModel, prompts: Sequence[str], controller: Controller, config: DecodeConfig,
     *, ids: Optional[Sequence[str]] = None, batch_size: int = 64, lookahead: Any = None,
+    metas: Optional[Sequence[dict]] = None,
 ) -> tuple[list[str], list[DecodeResult], list[list[int]]]:
-    """Decode prompt texts in batches; returns texts, the per-batch results and generated ids."""
+    """Decode prompt texts in batches; returns texts, the per-batch results and generated ids.
+
+    With a ``lookahead``, its scorers see the tokenizer, each sample's prompt text and task
+    ``metas`` (``state.extras``), so text and rule scorers read the candidates as text."""
     tok = loaded.tokenizer
     ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
     texts: list[str] = []
@@ -77,8 +81,14 @@ def decode_texts(
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         enc = [tok.encode(p) for p in chunk]
+        extras = None
+        if lookahead is not None:
+            extras = {"tokenizer": tok, "prompt_text": list(chunk)}
+            if metas is not None:
+                extras["meta"] = list(metas[start : start + batch_size])
         res = decode(loaded.denoiser, enc, controller, config,
-                     seeds=item_seeds(ids[start : start + batch_size], config.seed), lookahead=lookahead)
+                     seeds=item_seeds(ids[start : start + batch_size], config.seed), lookahead=lookahead,
+                     extras=extras)
         results.append(res)
         for row in res.generated.tolist():
             gen_ids.append(row)
@@ -115,7 +125,8 @@ def evaluate(
     for r in range(max(1, repeats)):
         with PeakMemory(_device_of(loaded)) as pm:
             out_texts, out_results, _ = decode_texts(
-                loaded, prompts, controller, config, ids=ids, batch_size=batch_size, lookahead=lookahead
+                loaded, prompts, controller, config, ids=ids, batch_size=batch_size, lookahead=lookahead,
+                metas=[dict(ex.meta) for ex in examples],
             )
         times.append(sum(x.total_seconds for x in out_results))
         peak = max(peak, pm.peak_mb)

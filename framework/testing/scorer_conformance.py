@@ -22,8 +22,11 @@ recorded log-probabilities, a tiny causal LM in ``context.resources``):
 ``edge_cases``         finite scores of the right shape for N = 0, G = 0, fully masked candidates
                        (every position undecided) and candidates of special tokens only.
 
-Hook: a scorer class may define ``conformance_params() -> dict`` (classmethod), the parameters
-the suite builds it with (e.g. a light embedding model); default ``{}``.
+Hooks (classmethods a scorer class may define): ``conformance_params() -> dict``, the parameters
+the suite builds it with (e.g. a light embedding model; default ``{}``), and
+``conformance_batch() -> (Candidates, ScoringContext)``, the candidates of the scorer's domain
+when the fixed texts are not (e.g. Sudoku grids for a rule checker); its context must carry a
+tokenizer with ``mask_token_id`` and ``eos_token_id``, and its candidates recorded log-probabilities.
 """
 
 from __future__ import annotations
@@ -73,6 +76,11 @@ def _make(cls: type, **override: Any) -> Scorer:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return cls.build(**{**_params(cls), **override})
+
+
+def _batch(cls: type) -> tuple[Candidates, ScoringContext]:
+    hook = getattr(cls, "conformance_batch", None)
+    return hook() if callable(hook) else conformance_batch()
 
 
 def conformance_batch() -> tuple[Candidates, ScoringContext]:
@@ -178,7 +186,7 @@ def check_round_trip(cls_or_name: Any) -> None:
     twin.validate()
     if twin != s:
         _fail(f"{cls.display_name()}: cls(**get_params()) differs: {twin!r} vs {s!r}")
-    c, ctx = conformance_batch()
+    c, ctx = _batch(cls)
     if not _close(_score(s, c, ctx), _score(twin, c, ctx)):
         _fail(f"{cls.display_name()}: the round-tripped scorer scores differently")
 
@@ -186,7 +194,7 @@ def check_round_trip(cls_or_name: Any) -> None:
 def check_contract(cls_or_name: Any) -> None:
     cls = _resolve(cls_or_name)
     s = _make(cls)
-    c, ctx = conformance_batch()
+    c, ctx = _batch(cls)
     out = _score(s, c, ctx)
     lo, hi = s.bounds()
     if out.shape != (c.n,) or not out.dtype.is_floating_point:
@@ -199,7 +207,7 @@ def check_contract(cls_or_name: Any) -> None:
 
 def check_determinism(cls_or_name: Any) -> None:
     cls = _resolve(cls_or_name)
-    c, ctx = conformance_batch()
+    c, ctx = _batch(cls)
     a = _score(_make(cls), c, ctx)
     s = _make(cls)
     b, b2 = _score(s, c, ctx), _score(s, c, ctx)
@@ -210,7 +218,7 @@ def check_determinism(cls_or_name: Any) -> None:
 def check_batch_invariance(cls_or_name: Any) -> None:
     cls = _resolve(cls_or_name)
     s = _make(cls)
-    c, ctx = conformance_batch()
+    c, ctx = _batch(cls)
     whole = _score(s, c, ctx)
     alone = torch.cat([_score(s, c.select(torch.tensor([i])), ctx) for i in range(c.n)])
     if not _close(whole, alone):
@@ -227,7 +235,7 @@ def check_batch_invariance(cls_or_name: Any) -> None:
 def check_edge_cases(cls_or_name: Any) -> None:
     cls = _resolve(cls_or_name)
     s = _make(cls)
-    c, ctx = conformance_batch()
+    c, ctx = _batch(cls)
     name = cls.display_name()
     empty = c.select(torch.zeros(0, dtype=torch.long))
     out = _score(s, empty, ctx)

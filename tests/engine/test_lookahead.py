@@ -408,19 +408,25 @@ def test_cli_scorer_option_builds_the_lookahead():
     assert sorted(LOOKAHEAD_OPTIONS) == sorted(Lookahead.params)  # --help names every knob
 
 
-def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
-    from framework.engine.lookahead_sweep import lookahead_sweep
+def _untrained(task_name):
+    """The task and a 1-layer tiny denoiser with random weights for it (uncertain everywhere)."""
     from framework.models.protocol import LoadedModel
     from framework.models.tiny import TinyConfig, TinyDenoiser
     from framework.tasks.base import get_task
 
-    task = get_task("pairs")
+    task = get_task(task_name)
     tok = task.tokenizer
     torch.manual_seed(0)
     den = TinyDenoiser(TinyConfig(vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id,
                                   pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
                                   max_len=task.canvas_length, d_model=16, n_layers=1, n_heads=2, d_ff=32)).eval()
-    loaded = LoadedModel(denoiser=den, tokenizer=tok, name="untrained", task="pairs")
+    return task, LoadedModel(denoiser=den, tokenizer=tok, name="untrained", task=task_name)
+
+
+def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
+    from framework.engine.lookahead_sweep import lookahead_sweep
+
+    task, loaded = _untrained("pairs")
     cfg = DecodeConfig(gen_length=task.gen_length, lookahead_budget=6)
     rows = lookahead_sweep(loaded, task, ladder(), cfg, scorer="logprob:1,repetition:1", widths=(2,), depths=(1, 3),
                            n=6, batch_size=4)
@@ -430,3 +436,29 @@ def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
         assert 0 < r["lookahead_nfe"] <= 6  # an untrained model is uncertain everywhere; the budget caps it
         assert r["nfe"] > r["lookahead_nfe"]
     assert all(0.0 <= r["valid_slots"] <= 1.0 and 0.0 <= r["incoherent_slots"] <= 1.0 for r in rows)
+
+
+def test_evaluate_hands_the_lookahead_scorer_the_tokenizer_prompts_and_metas():
+    # before, `adec run` cells built their lookahead without a context: text scorers read token ids as numbers
+    from framework.engine.evaluate import evaluate
+    from framework.engine.scorer import Scorer
+
+    seen = []
+
+    class Recorder(Scorer):
+        params: dict = {}
+
+        def __init__(self) -> None:
+            pass
+
+        def _score(self, cands, context):
+            seen.append((context.tokenizer, context.prompt_texts(cands), context.meta_for(int(cands.source[0]))))
+            return torch.zeros(cands.n)
+
+    task, loaded = _untrained("sudoku")
+    tok = task.tokenizer
+    cfg = DecodeConfig(gen_length=task.gen_length, lookahead_budget=4)
+    evaluate(loaded, task, ladder(), cfg, n=3, batch_size=3, lookahead=Lookahead(scorer=Recorder(), width=2))
+    examples = task.examples("test", 3)
+    assert seen and all(t is tok for t, _, _ in seen)
+    assert set(seen[0][1]) <= {ex.prompt for ex in examples} and seen[0][2].get("givens") is not None

@@ -87,3 +87,18 @@ def test_cli_refuses_a_bad_cache_mode(capsys):
     with pytest.raises(SystemExit):
         main(["profile", "--cache", "triple"])
     assert "invalid choice: 'triple'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("cache", ["none", "dual"])
+def test_memory_is_measured_per_step(model, cache):
+    from experiments.profile import _measure
+
+    prompts = [[5, 6, 7, 8]]
+    config = DecodeConfig(gen_length=16, block_length=8, cache=cache)
+    nfe, _, _, mem = _measure(lambda: (int(decode(model, prompts, build_controller("llada", steps=8),
+                                                   config).nfe[0]), 0.0, 0.0), 1, model)
+    assert nfe == 8 and len(mem.span_peaks_mb) == 8  # one span per forward
+    window_logits_mb = 8 * model.vocab_size * 4 / 2**20
+    assert min(mem.span_peaks_mb) >= window_logits_mb  # each step allocates at least its window's logits
+    assert mem.peak_mb >= max(mem.span_peaks_mb)
+    assert "core" not in vars(model)  # the forward marker is removed afterwards
