@@ -70,6 +70,8 @@ class Param:
         if value is None:
             if self.nullable:
                 return None
+            if self.choices is not None and "none" in self.choices:  # `--set cache=none` reads as null
+                return "none"
             raise ParameterError(f"{where}=None is not allowed; allowed: {self.allowed()}")
         if self.choices is not None:
             if value not in self.choices:
@@ -107,7 +109,8 @@ class Param:
 
 
 def coerce_literal(text: str) -> Any:
-    """Parse a ``--set key=value`` right-hand side: int, float, bool, null, list or string."""
+    """Parse a ``--set key=value`` right-hand side: int, float, bool, null, a YAML list ``[...]`` or
+    mapping ``{...}`` (e.g. a nested controller ``{name: margin_topk, params: {eta: 0.95}}``), or string."""
     low = text.strip().lower()
     if low in ("none", "null"):
         return None
@@ -118,10 +121,14 @@ def coerce_literal(text: str) -> Any:
             return conv(text)
         except ValueError:
             pass
-    if text.startswith("[") and text.endswith("]"):
+    if (text.startswith("[") and text.endswith("]")) or (text.startswith("{") and text.endswith("}")):
         import yaml
 
-        return yaml.safe_load(text)
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ParameterError(f"{text!r} is not a valid YAML list or mapping ({exc.__class__.__name__}); "
+                                 f"allowed: e.g. [1, 2] or {{name: margin_topk, params: {{eta: 0.9}}}}") from None
     return text
 
 

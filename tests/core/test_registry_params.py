@@ -103,3 +103,19 @@ def test_set_literals():
     assert coerce_literal("1e-3") == 1e-3
     with pytest.raises(ParameterError, match="--set expects key=value"):
         parse_assignments(["novalue"])
+    assert coerce_literal("{name: margin_topk, params: {eta: 0.95}}") == {"name": "margin_topk",
+                                                                         "params": {"eta": 0.95}}
+    with pytest.raises(ParameterError, match="not a valid YAML list or mapping"):
+        coerce_literal("{name: [unclosed}")
+
+
+def test_none_typed_on_the_command_line_is_the_choice_none_where_there_is_one():
+    # `--set cache=none` and `--lookahead rescore=none` read as null; both were refused before
+    from framework.engine.config import DecodeConfig
+    from framework.engine.lookahead import Lookahead
+
+    sets = parse_assignments(["cache=none"])
+    assert sets == {"cache": None} and DecodeConfig.build(**sets).cache == "none"
+    assert Lookahead.build(**parse_assignments(["rescore=none"])).rescore == "none"
+    with pytest.raises(ParameterError, match="branch=None is not allowed"):
+        Lookahead.build(branch=None)  # no 'none' among its choices
