@@ -278,6 +278,7 @@ def _parse_strategies(c: _Checker, items: Any, task_names: list[str]) -> list[St
         c.add("strategies", "required: a non-empty list of {controller:, params:, ...} mappings")
         return []
     out: list[StrategySpec] = []
+    explicit: set[str] = set()  # strategies placed on a curve by their own 'curve' key
     for i, s in enumerate(items):
         where = f"strategies[{i}]"
         if not isinstance(s, dict):
@@ -333,6 +334,13 @@ def _parse_strategies(c: _Checker, items: Any, task_names: list[str]) -> list[St
         spec = StrategySpec(label=str(label), controller=name, params=dict(params),
                             decode=dict(s.get("decode") or {}) if isinstance(s.get("decode"), dict) else {},
                             lookahead=look, kind=kind, tasks=tasks, prepare=s.get("prepare"), path=where)
+        if "curve" in s:  # a point of a curve whose knob a sweep cannot reach (e.g. a wrapped controller's)
+            if "sweep" in s or not isinstance(s["curve"], str) or not s["curve"]:
+                c.add(f"{where}.curve", f"{s['curve']!r} is not allowed; allowed: a curve name (a string), "
+                                        f"on a strategy without 'sweep' (a sweep names its own curve)")
+            else:
+                spec.curve = s["curve"]
+                explicit.add(where)
         if "sweep" in s:
             if known_controller:
                 out += expand_sweep(c, s["sweep"], spec, cls, where)
@@ -343,7 +351,8 @@ def _parse_strategies(c: _Checker, items: Any, task_names: list[str]) -> list[St
         c.add("strategies", f"label {lab!r} is used by more than one strategy (labels name the rows of the report)")
     entries: dict[str, set] = {}  # curve -> the entries drawing it (a sweep's points are one entry)
     for s in out:
-        entries.setdefault(s.curve or s.label, set()).add(s.path.split(".sweep")[0])
+        entries.setdefault(s.curve or s.label, set()).add(f"curve: {s.curve}" if s.path in explicit
+                                                          else s.path.split(".sweep")[0])
     for name in sorted(n for n, e in entries.items() if len(e) > 1 and any(s.curve == n for s in out)):
         c.add("strategies", f"curve {name!r} is drawn by more than one entry ({', '.join(sorted(entries[name]))}); "
                             "give the sweep another label (the report would join their points into one line)")

@@ -57,6 +57,8 @@ class ProfileRow:
     window_logits_mb: float
     step_peak_mb: float = float("nan")
     median_step_peak_mb: float = float("nan")
+    after_forward_peak_mb: float = float("nan")
+    median_after_forward_peak_mb: float = float("nan")
 
 
 def profile_model(vocab_size: int = LLADA_VOCAB, d_model: int = 256, n_layers: int = 4, n_heads: int = 8,
@@ -142,7 +144,9 @@ def _marked_forwards(model: Any) -> Iterator[None]:
 
     def marked(*args: Any, **kwargs: Any) -> Any:
         with AllocatedPeak.mark():
-            return core(*args, **kwargs)
+            out = core(*args, **kwargs)
+        with AllocatedPeak.mark("tail"):  # the rest of the step: statistics, controller, commit
+            return out
 
     model.core = marked
     try:
@@ -227,6 +231,8 @@ def run_profile(
                         ms_per_token=1000 * t / (batch * gen_length), peak_mb=mem.peak_mb,
                         window_logits_mb=batch * block_length * vocab * itemsize / 2**20,
                         step_peak_mb=max(steps_mb, default=float("nan")), median_step_peak_mb=median(steps_mb),
+                        after_forward_peak_mb=max(mem.tail_peaks_mb, default=float("nan")),
+                        median_after_forward_peak_mb=median(mem.tail_peaks_mb),
                     ))
     return rows
 
@@ -250,7 +256,8 @@ def ratios(rows: Sequence[ProfileRow]) -> list[str]:
             line += f"; speed-up per token vs cache=none {none.ms_per_token / r.ms_per_token:.2f}x"
         wl = max(r.window_logits_mb, 1e-9)
         line += (f"; peak of a step {r.step_peak_mb:.0f} MiB = {r.step_peak_mb / wl:.2f}x the window's logits "
-                 f"(median step {r.median_step_peak_mb / wl:.2f}x; whole run {r.peak_mb:.0f} MiB)")
+                 f"(median step {r.median_step_peak_mb / wl:.2f}x; after the forward {r.after_forward_peak_mb / wl:.2f}x, "
+                 f"median {r.median_after_forward_peak_mb / wl:.2f}x; whole run {r.peak_mb:.0f} MiB)")
         ver = idx.get(("verify", batch, cache, temp))
         if ver:
             line += f"; step with WINO's verification vs without {ver.ms_per_step / r.ms_per_step:.2f}x"
@@ -260,13 +267,13 @@ def ratios(rows: Sequence[ProfileRow]) -> list[str]:
 
 def markdown_table(rows: Sequence[ProfileRow]) -> str:
     head = ("| loop | batch | cache | T | NFE | ms/step | forward ms | rest ms | rest/forward | ms/token | "
-            "run peak MiB | step peak MiB (max / median) | window logits MiB |")
-    lines = [head, "|" + "---|" * 13]
+            "run peak MiB | step peak MiB (max / median) | after the forward MiB (max / median) | window logits MiB |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         lines.append(f"| {r.loop} | {r.batch} | {r.cache} | {r.temperature:g} | {r.nfe:g} | {r.ms_per_step:.1f} | "
                      f"{r.forward_ms_per_step:.1f} | {r.rest_ms_per_step:.1f} | {r.rest_over_forward:.3f} | "
                      f"{r.ms_per_token:.2f} | {r.peak_mb:.0f} | {r.step_peak_mb:.0f} / {r.median_step_peak_mb:.0f} | "
-                     f"{r.window_logits_mb:.0f} |")
+                     f"{r.after_forward_peak_mb:.0f} / {r.median_after_forward_peak_mb:.0f} | {r.window_logits_mb:.0f} |")
     return "\n".join(lines)
 
 

@@ -206,7 +206,7 @@ def run_experiment(
     device = resolve_device(exp.device, dist.local_rank)
     tasks: dict[str, Any] = {}
     try:
-        # finished cells: add metrics requested since, from the stored samples (no decoding)
+        # finished cells: add metrics requested since, from the stored samples (no decoding), and the curve
         if dist.is_main:
             for cell in cells:
                 if cell.id in done:
@@ -282,9 +282,15 @@ def _set_quality(row: dict, quality: str) -> None:
 
 
 def _update_metrics(cell: Cell, folder: Path, tasks: dict, device: str) -> None:
+    """A finished cell: compute the metrics requested since, and take the file's current curve and
+    kind (how the report draws the cell, not what was measured)."""
     summary = json.loads((folder / "summary.json").read_text())
     have = set(summary.get("metrics") or {})
     missing = [n for n, _ in cell.metrics if n not in have]
+    shown = {"curve": cell.strategy.curve or cell.strategy.label, "kind": cell.kind}
+    if any(summary.get(k) != v for k, v in shown.items()):
+        summary.update(shown)
+        _write_atomic(folder / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
     if not missing and summary.get("quality_metric") == cell.task.quality:
         return
     task = _task_for(tasks, cell.task)

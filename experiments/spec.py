@@ -30,6 +30,8 @@ docs/experiments.md for the long form)::
         kind: heuristic              # reference | baseline | heuristic | tuned | learned | oracle
         tasks: [addition]            # only these tasks
         prepare: adec tune --controller margin_topk --task {task}   # how to make a missing file
+        curve: fast_dllm (hand-placed)   # optional: a point of this curve (strategies that share a
+                                     # curve name are one line, when a sweep cannot reach their knob)
       - controller: eb               # a sweep: one strategy per value, all on the curve "eb"
         sweep: {gamma: [0.01, 0.1, 1.0]}   # labels "eb (gamma=0.01)", ...; one parameter (a controller
                                      # parameter or a decoding option), values checked like params
@@ -84,7 +86,8 @@ KINDS: tuple[str, ...] = ("reference", "baseline", "heuristic", "tuned", "learne
 TOP_KEYS = ("name", "description", "model", "device", "n", "split", "batch_size", "repeats", "data_seed",
             "seeds", "decode", "metrics", "on_missing", "tasks", "strategies", "published")
 TASK_KEYS = ("name", "params", "n", "metrics", "quality", "model", "decode")
-STRATEGY_KEYS = ("label", "controller", "params", "decode", "lookahead", "kind", "tasks", "prepare", "suite", "sweep")
+STRATEGY_KEYS = ("label", "controller", "params", "decode", "lookahead", "kind", "tasks", "prepare", "suite", "sweep",
+                 "curve")
 
 
 def suites() -> dict[str, tuple]:

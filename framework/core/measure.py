@@ -78,62 +78,102 @@ class PeakMemory:
 
 class AllocatedPeak:
     """``with AllocatedPeak(device) as ap: ...``; then ``ap.peak_mb`` (live bytes above the start,
-    at their highest) and ``ap.span_peaks_mb`` (for each span from one :meth:`mark` to the next, or
-    to the end: the highest live bytes in it above those live when it began).
+    at their highest), ``ap.span_peaks_mb`` (for each span from one :meth:`mark` to the next, or to
+    the end: the highest live bytes in it above those live when it began) and ``ap.tail_peaks_mb``
+    (the same over the span's last part, from a ``mark("tail")`` inside it on; NaN without one: for
+    a decoding step, what the loop holds after the forward has returned, its logits included).
 
-    Frees of memory allocated before the block are not seen by the profiler, so both are upper
+    Frees of memory allocated before the block are not seen by the profiler, so all are upper
     bounds (exact when the block frees nothing older than itself).
     """
 
-    MARK = "adec::span"
+    MARKS = {"start": "adec::span", "tail": "adec::span_tail"}
 
     def __init__(self, device: torch.device | str = "cpu") -> None:
         self.device = torch.device(device)
         self.peak_mb = 0.0
         self.span_peaks_mb: list[float] = []
+        self.tail_peaks_mb: list[float] = []
         self._prof: Any = None
 
     @staticmethod
-    def mark() -> Any:
-        """A context to wrap around what starts a span (e.g. each forward of a decode)."""
-        return torch.profiler.record_function(AllocatedPeak.MARK)
+    def mark(kind: str = "start") -> Any:
+        """A context entered where a span starts (``"start"``, e.g. each forward of a decode) or
+        where its last part starts (``"tail"``, e.g. when the forward has returned)."""
+        return torch.profiler.record_function(AllocatedPeak.MARKS[kind])
 
     def __enter__(self) -> "AllocatedPeak":
         from torch.profiler import ProfilerActivity, profile
 
         activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if self.device.type == "cuda" else [])
         self._prof = profile(activities=activities, profile_memory=True)
-        self._prof.__enter__()
+        with _quiet_stderr():  # the profiler's native start/stop lines ("USDT: ... profiler_start")
+            self._prof.__enter__()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self._prof.__exit__(*exc)
+        with _quiet_stderr():
+            self._prof.__exit__(*exc)
         events = self._prof.profiler.kineto_results.events()
-        kind = "CUDA" if self.device.type == "cuda" else "CPU"
-        allocs = sorted((e.start_ns(), e.nbytes()) for e in events
-                        if e.name() == "[memory]" and e.device_type().name == kind)
-        marks = sorted(e.start_ns() for e in events if e.name() == self.MARK)
-        self.peak_mb, self.span_peaks_mb = _replay(allocs, marks)
+        device = "CUDA" if self.device.type == "cuda" else "CPU"
+        kinds = {name: kind for kind, name in self.MARKS.items()}
+        allocs = [(e.start_ns(), e.nbytes()) for e in events
+                  if e.name() == "[memory]" and e.device_type().name == device]
+        marks = [(e.start_ns(), kinds[e.name()]) for e in events if e.name() in kinds]
+        self.peak_mb, self.span_peaks_mb, self.tail_peaks_mb = _replay(allocs, marks)
 
 
-def _replay(allocs: list[tuple[int, int]], marks: list[int]) -> tuple[float, list[float]]:
-    """Peak live MiB over ``allocs`` ``(time, ±bytes)`` and per span starting at each of ``marks``."""
+@contextmanager
+def _quiet_stderr() -> Iterator[None]:
+    """Silence file descriptor 2 (native code writes there directly, past ``sys.stderr``)."""
+    import os
+    import sys
+
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError):  # no real descriptor 2 (e.g. captured): nothing to silence
+        yield
+        return
+    try:
+        with open(os.devnull, "w") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _replay(allocs: list[tuple[int, int]], marks: list[tuple[int, str]]
+            ) -> tuple[float, list[float], list[float]]:
+    """Replay ``allocs`` ``(time, ±bytes)``: the peak live MiB, and per span (``marks``: ``(time,
+    "start")`` opens one, ``(time, "tail")`` starts its last part) the peak above the live bytes at
+    its start, over the whole span and over its tail (NaN without a tail)."""
     live = peak = 0
     spans: list[float] = []
-    i, start, span_peak = 0, None, 0
-    for t, n in allocs + [(float("inf"), 0)]:
-        while i < len(marks) and marks[i] <= t:  # a new span begins before this event
-            if start is not None:
-                spans.append(span_peak - start)
-            start = span_peak = live
-            i += 1
-        live += n
-        peak = max(peak, live)
+    tails: list[float] = []
+    start = span_peak = tail_peak = None
+    events = sorted([(t, 0, kind, 0) for t, kind in marks] + [(t, 1, "", n) for t, n in allocs])
+
+    def close() -> None:
         if start is not None:
-            span_peak = max(span_peak, live)
-    if start is not None:
-        spans.append(span_peak - start)
-    return peak / 2**20, [b / 2**20 for b in spans]
+            spans.append((span_peak - start) / 2**20)
+            tails.append(float("nan") if tail_peak is None else (tail_peak - start) / 2**20)
+
+    for _, _, kind, n in events:
+        if kind == "start":
+            close()
+            start = span_peak = live
+            tail_peak = None
+        elif kind == "tail":
+            tail_peak = live if start is not None else None
+        else:
+            live += n
+            peak = max(peak, live)
+            span_peak = max(span_peak, live) if start is not None else None
+            tail_peak = max(tail_peak, live) if tail_peak is not None else None
+    close()
+    return peak / 2**20, spans, tails
 
 
 def median(values: list[float]) -> float:

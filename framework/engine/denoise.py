@@ -132,14 +132,20 @@ class CacheSession:
 
     def _refresh(self, x, attn, rows, out_cols, block_index, shadow: bool = False):
         sh = None
-        if shadow:
-            logits, sh, cache = self.model.shadow_window_logits(x[rows], attn[rows], out_cols, use_cache=True)
+        if self.cache is not None and not shadow:
+            # every column is a query written in place: the same numbers as a fresh full forward, and
+            # the old cache is never held beside a new one (at LLaDA-8B's size a cache is gigabytes)
+            cols = torch.arange(x.shape[1], device=x.device).expand(rows.numel(), -1)
+            logits, _ = self._against_cache(x, attn, rows, out_cols, cols, torch.ones_like(cols, dtype=torch.bool))
         else:
-            logits, cache = self.model.window_logits(x[rows], attn[rows], out_cols, use_cache=True)
-        if self.cache is None or rows.numel() == self.cached_block.numel():
-            self.cache = cache if rows.numel() == self.cached_block.numel() else self._full(cache, rows)
-        else:
-            self.cache.update_rows(rows, cache)
+            if shadow:
+                logits, sh, cache = self.model.shadow_window_logits(x[rows], attn[rows], out_cols, use_cache=True)
+            else:
+                logits, cache = self.model.window_logits(x[rows], attn[rows], out_cols, use_cache=True)
+            if self.cache is None or rows.numel() == self.cached_block.numel():
+                self.cache = cache if rows.numel() == self.cached_block.numel() else self._full(cache, rows)
+            else:
+                self.cache.update_rows(rows, cache)
         self.cached_block[rows] = block_index
         self.since[rows] = 0
         self.refreshes[rows] += 1
@@ -160,6 +166,11 @@ class CacheSession:
         else:  # dual: the block only
             query, valid = out_cols, out_valid
         query = torch.where(valid, query, (lengths - 1)[:, None].expand_as(query))  # ascending, pads last
+        return self._against_cache(x, attn, rows, out_cols, query, valid, shadow)
+
+    def _against_cache(self, x, attn, rows, out_cols, query, valid, shadow: bool = False):
+        """Run the ``query`` columns of batch ``rows`` against the cache (written in place where
+        ``valid``): ``(logits, shadow logits or None)``."""
         whole = rows.numel() == self.cached_block.numel() and bool(
             (rows == torch.arange(rows.numel(), device=rows.device)).all())
         sub = self.cache if whole else self.cache.select(rows)

@@ -3,6 +3,8 @@ allocations, overall and per marked span (the profile's per-step memory rests on
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -12,11 +14,13 @@ MIB = 2**20
 
 
 def test_replay_of_a_designed_sequence():
-    # times: alloc 4 @1, mark @2, alloc 8 @3, free 8 @4, mark @5, alloc 2 @6, free 2 @7, free 4 @8
+    # alloc 4 @1, span @2, alloc 8 @3, tail @3.5, free 8 @4, span @5, alloc 2 @6, free 2 @7, free 4 @8
     allocs = [(1, 4 * MIB), (3, 8 * MIB), (4, -8 * MIB), (6, 2 * MIB), (7, -2 * MIB), (8, -4 * MIB)]
-    peak, spans = _replay(allocs, [2, 5])
+    peak, spans, tails = _replay(allocs, [(2, "start"), (3.5, "tail"), (5, "start")])
     assert peak == 12 and spans == [8, 2]  # span 1 starts with 4 live, peaks at 12; span 2 at 4 -> 6
-    assert _replay(allocs, []) == (12, [])
+    assert tails[0] == 8 and math.isnan(tails[1])  # the tail began with 12 live (8 above the start)
+    assert _replay(allocs, [])[:2] == (12, [])
+    assert _replay(allocs, [(2, "start"), (4.5, "tail")])[2] == [2]  # after the free: 4 live, then 6
 
 
 def test_allocated_peak_on_the_cpu_allocator():
@@ -27,7 +31,11 @@ def test_allocated_peak_on_the_cpu_allocator():
         del tmp
         with ap.mark():
             tmp = torch.empty(2 * MIB, dtype=torch.uint8)
+        with ap.mark("tail"):
+            pass
         del tmp
+        tmp = torch.empty(1 * MIB, dtype=torch.uint8)
     assert ap.peak_mb == pytest.approx(12, abs=0.01)
     assert ap.span_peaks_mb == pytest.approx([12, 2], abs=0.01)
+    assert math.isnan(ap.tail_peaks_mb[0]) and ap.tail_peaks_mb[1] == pytest.approx(2, abs=0.01)
     assert kept.numel() == 4 * MIB

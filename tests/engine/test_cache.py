@@ -113,6 +113,34 @@ def test_a_ragged_batch_equals_its_rows_one_by_one_with_the_cache(which, cache, 
         assert (batch.nfe >= batch.cache_refreshes).all()
 
 
+@pytest.mark.parametrize("which", ["tiny", "llada", "dream"])
+def test_a_refresh_rewrites_the_cache_in_place_with_a_fresh_forwards_numbers(which, own_llada, own_dream):
+    # the second and later refreshes write every column into the existing cache (never two caches at once)
+    from framework.engine.denoise import CacheSession
+    from framework.engine.loop import layout
+
+    model = {"tiny": tiny(), "llada": own_llada, "dream": own_dream}[which]
+    prompts = PROMPTS_TINY if which == "tiny" else PROMPTS_LLADA
+    x, attn, gen_start = layout(prompts, 8, model.mask_token_id, model.pad_token_id or 0, torch.device("cpu"))
+    b = x.shape[0]
+    rows, lengths = torch.arange(b), gen_start + 8
+    cols = gen_start[:, None] + torch.arange(4)[None, :]
+    valid = torch.ones_like(cols, dtype=torch.bool)
+    with torch.no_grad():
+        session = CacheSession(model, "dual", None, b, torch.device("cpu"))
+        session.logits(x, attn, rows, cols, valid, torch.zeros(b, dtype=torch.long), lengths)  # first refresh
+        keys = [k.data_ptr() for k in session.cache.keys]
+        x[:, -3:] = 7  # the canvas moved on (tokens committed in the second block)
+        cols2 = cols + 4
+        got = session.logits(x, attn, rows, cols2, valid, torch.ones(b, dtype=torch.long), lengths)
+        want, fresh = model.window_logits(x, attn, cols2, use_cache=True)
+    assert [k.data_ptr() for k in session.cache.keys] == keys  # the same buffers, rewritten
+    assert session.refreshes.tolist() == [2] * b
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
+    for mine, theirs in zip(session.cache.keys + session.cache.values, fresh.keys + fresh.values):
+        torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-5)
+
+
 # ---------------------------------------------------------------------- Fast-dLLM's own loops
 def _transfer_counts(block_masked: torch.Tensor, steps: int) -> torch.Tensor:
     n = block_masked.sum(dim=1, keepdim=True)

@@ -192,6 +192,20 @@ def test_sweep_validation_reports_every_bad_value_with_its_path():
             {"controller": "fast_dllm", "sweep": {"threshold": [0.5, 0.7]}}]))
     (path, msg), = info.value.problems
     assert path == "strategies" and "curve 'fast_dllm' is drawn by more than one entry (strategies[0], strategies[1])" in msg
+    # hand-placed points of one curve (a knob no sweep reaches) are one line; a curve key beside a sweep is not
+    exp = parse_experiment(two_strategy(strategies=[
+        {"label": "ladder (eta=0.9)", "curve": "ladder", "controller": "confidence_ladder",
+         "params": {"base": {"name": "margin_topk", "params": {"eta": 0.9}}}},
+        {"label": "ladder (eta=0.5)", "curve": "ladder", "controller": "confidence_ladder",
+         "params": {"base": {"name": "margin_topk", "params": {"eta": 0.5}}}}]))
+    assert [(s.label, s.curve) for s in exp.strategies] == [("ladder (eta=0.9)", "ladder"), ("ladder (eta=0.5)", "ladder")]
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(two_strategy(strategies=[
+            {"controller": "fast_dllm", "curve": "x", "sweep": {"threshold": [0.5, 0.7]}},
+            {"controller": "fast_dllm", "curve": 3}]))
+    problems = dict(info.value.problems)
+    assert "on a strategy without 'sweep'" in problems["strategies[0].curve"]
+    assert "3 is not allowed; allowed: a curve name" in problems["strategies[1].curve"]
     # a value that does not fit a task is reported at the value itself
     with pytest.raises(ExperimentError) as info:
         parse_experiment(two_strategy(strategies=[{"controller": "fast_dllm", "sweep": {"block_length": [1, 3]}}]))
@@ -252,6 +266,18 @@ def test_a_metric_added_later_is_computed_from_the_stored_samples(tmp_path, monk
     for row in res.rows:
         samples = [json.loads(x) for x in (out / "m" / "cells" / row["cell"] / "samples.jsonl").read_text().splitlines()]
         assert row["metrics"]["rouge_l"] == pytest.approx(sum(s["metrics"]["rouge_l"] for s in samples) / len(samples))
+
+
+def test_a_curve_given_later_is_taken_by_the_finished_cells(tmp_path, monkeypatch):
+    out = tmp_path / "runs"
+    run_experiment(write(tmp_path, two_strategy("c")), out, wandb_mode="disabled", progress=False)
+    doc = two_strategy("c")
+    doc["strategies"][1]["curve"] = "fast curve"
+    counter = Counter()
+    monkeypatch.setattr(E, "evaluate_cell", counter)
+    res = run_experiment(write(tmp_path, doc), out, wandb_mode="disabled", progress=False)
+    assert counter.calls == []  # presentation only: nothing decoded again
+    assert {r["strategy"]: r["curve"] for r in res.rows} == {"sequential": "sequential", "fast": "fast curve"}
 
 
 def test_an_edited_strategy_is_a_new_cell(tmp_path, monkeypatch):

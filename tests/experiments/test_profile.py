@@ -101,4 +101,6 @@ def test_memory_is_measured_per_step(model, cache):
     window_logits_mb = 8 * model.vocab_size * 4 / 2**20
     assert min(mem.span_peaks_mb) >= window_logits_mb  # each step allocates at least its window's logits
     assert mem.peak_mb >= max(mem.span_peaks_mb)
+    # after the forward the step holds its logits (at least) and never more than its own peak
+    assert all(window_logits_mb <= t <= s for t, s in zip(mem.tail_peaks_mb, mem.span_peaks_mb))
     assert "core" not in vars(model)  # the forward marker is removed afterwards
