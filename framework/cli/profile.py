@@ -18,8 +18,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "weights, nothing downloaded) and decode random prompts with LLaDA's fixed-step rule, through "
             "'decode' and through a bare block-only loop (same forwards and cache policy, then a softmax over "
             "the block and the top-k commit), for every cache mode and temperature. Prints per-step "
-            "milliseconds split into the forward and the rest, ms per generated token, peak memory above "
-            "what was allocated before the run, and the ratios the engine is held to.\n\n"
+            "milliseconds split into the forward and the rest, ms per generated token, memory from PyTorch's "
+            "allocator (every allocation and free replayed in a separate warm-up run: the run's peak, the first "
+            "step, which allocates the KV cache, and the largest and median later step, whole and once the "
+            "forward has returned), and the ratios the engine is held to.\n\n"
             "Examples:\n"
             "  adec profile                                   # CPU, batch 1 and 8 (slow: minutes)\n"
             "  adec profile --batch 1 --cache none dual --temperature 0 --repeats 1\n"
@@ -98,7 +100,8 @@ def run(args: argparse.Namespace) -> int:
             f"model: LLaDA architecture, vocab {args.vocab_size}, d_model {args.d_model}, {args.layers} layers, "
             f"{args.heads} heads, MLP {args.mlp_hidden} "
             f"({params / 1e6:.0f}M parameters, random); prompt {args.prompt_length}, generation {args.gen_length}, "
-            f"block {args.block_length}, {args.tokens_per_step} tokens per step; medians of {args.repeats} runs; "
+            f"block {args.block_length}, {args.tokens_per_step} token{'s' if args.tokens_per_step != 1 else ''} per step; "
+            f"medians of {args.repeats} run{'s' if args.repeats != 1 else ''}; "
             f"{time.perf_counter() - t0:.0f} s in all")
     print(head + "\n")
     print(markdown_table(rows) + "\n")

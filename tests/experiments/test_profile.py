@@ -35,6 +35,9 @@ def test_run_profile_rows_and_ratios(model):
     assert [(r.loop, r.cache, r.temperature) for r in rows] == [
         (loop, cache, t) for cache in ("none", "dual") for t in (0.0, 1.0) for loop in ("decode", "bare")]
     assert all(r.nfe == 8 and r.forward_ms_per_step > 0 and r.window_logits_mb > 0 for r in rows)
+    # every later step holds at least its window's logits; the first also allocates the cache
+    assert all(r.window_logits_mb <= r.median_step_peak_mb <= r.step_peak_mb for r in rows)
+    assert all(r.first_step_peak_mb > r.median_step_peak_mb for r in rows if r.cache == "dual")
     lines = ratios(rows)
     assert len(lines) == 4 and any("speed-up per token vs cache=none" in line for line in lines)
     assert any("step vs greedy" in line for line in lines)
