@@ -26,7 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
             "  adec profile                                   # CPU, batch 1 and 8 (slow: minutes)\n"
             "  adec profile --batch 1 --cache none dual --temperature 0 --repeats 1\n"
             "  adec profile --loops decode verify --temperature 0   # what WINO's verification costs a step\n"
-            "  adec profile --device cuda --dtype bfloat16 --d-model 4096 --layers 32   # an 8B-sized body"
+            "  adec profile --batch 1 --loops decode --temperature 0 --d-model 4096 --layers 2 --heads 32 \\\n"
+            "      --mlp-hidden 12288 --dtype bfloat16           # LLaDA-8B's width and dtype, two layers, on CPU\n"
+            "  adec profile --device cuda --dtype bfloat16 --d-model 4096 --layers 32 --heads 32 --mlp-hidden 12288"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
