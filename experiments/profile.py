@@ -11,8 +11,10 @@ and the top-k commit, nothing else (what a hand-written ``generate.py`` does). F
 the forward and the rest, milliseconds per generated token, and memory from PyTorch's allocator
 (every allocation and free replayed, :class:`framework.core.measure.AllocatedPeak`): the peak of
 the run above what was allocated before it, and the peak of a step above what was live when the
-step began (a step = one forward and everything until the next), the largest and the median over
-the run's steps.
+step began (a step = one forward and everything until the next): the first step apart (it also
+allocates the KV cache), then the largest and the median over the later steps, whole and from the
+moment the forward has returned (the window's logits plus what the engine allocates on top of them:
+statistics, controller, commit).
 
 Times are medians over ``repeats`` runs, all in one process, one after the other.
 """

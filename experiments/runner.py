@@ -206,11 +206,11 @@ def run_experiment(
     device = resolve_device(exp.device, dist.local_rank)
     tasks: dict[str, Any] = {}
     try:
-        # finished cells: add metrics requested since, from the stored samples (no decoding), and the curve
+        # finished cells: add metrics requested since, from the stored samples (no decoding); take the curve and kind
         if dist.is_main:
             for cell in cells:
                 if cell.id in done:
-                    _update_metrics(cell, cells_dir / cell.id, tasks, device)
+                    _refresh_finished(cell, cells_dir / cell.id, tasks, device)
         for cell in todo:
             if max_cells is not None and len(evaluated) >= max_cells:
                 interrupted = True
@@ -281,7 +281,7 @@ def _set_quality(row: dict, quality: str) -> None:
     row["quality"] = row["accuracy"] if quality == "accuracy" else (row.get("metrics") or {}).get(quality)
 
 
-def _update_metrics(cell: Cell, folder: Path, tasks: dict, device: str) -> None:
+def _refresh_finished(cell: Cell, folder: Path, tasks: dict, device: str) -> None:
     """A finished cell: compute the metrics requested since, and take the file's current curve and
     kind (how the report draws the cell, not what was measured)."""
     summary = json.loads((folder / "summary.json").read_text())
