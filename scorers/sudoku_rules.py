@@ -19,24 +19,15 @@ from the prompt (its first n² characters among ``1``–``9`` and ``.``), it cou
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
 from framework.core.params import Param
 from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from framework.tasks.sudoku9_solver import grid_units
 
 SIZES = (4, 9)
-
-
-def units(n: int) -> list[list[int]]:
-    """The cell indices of every row, column and box of an n × n grid (row-major)."""
-    b = math.isqrt(n)
-    rows = [[r * n + c for c in range(n)] for r in range(n)]
-    cols = [[r * n + c for r in range(n)] for c in range(n)]
-    boxes = [[(br * b + r) * n + bc * b + c for r in range(b) for c in range(b)] for br in range(b) for bc in range(b)]
-    return rows + cols + boxes
 
 
 def count_violations(cells: list[Optional[int]], givens: dict[int, int], n: int, dead_cells: bool = True) -> int:
@@ -51,7 +42,7 @@ def count_violations(cells: list[Optional[int]], givens: dict[int, int], n: int,
         if d:
             grid[i] = d
     seen_by_cell: list[set[int]] = [set() for _ in range(n * n)]
-    for unit in units(n):
+    for unit in grid_units(n):
         digits = [grid[i] for i in unit if grid[i]]
         v += sum(k * (k - 1) // 2 for k in (digits.count(d) for d in set(digits)))
         for i in unit:

@@ -9,6 +9,7 @@ from functools import lru_cache
 
 from framework.core.params import Param, ParameterError
 from framework.tasks.base import TASKS, Example, Task, _norm
+from framework.tasks.sudoku9_solver import grid_units
 
 
 # ====================================================================== sudoku
@@ -47,10 +48,7 @@ def sudoku_valid(grid: list[int]) -> bool:
     """Whether 16 digits form a valid 4x4 Sudoku (rows, columns, 2x2 boxes are permutations of 1-4)."""
     if len(grid) != 16 or any(v not in (1, 2, 3, 4) for v in grid):
         return False
-    units = [[r * 4 + c for c in range(4)] for r in range(4)]
-    units += [[r * 4 + c for r in range(4)] for c in range(4)]
-    units += [[(br + dr) * 4 + bc + dc for dr in (0, 1) for dc in (0, 1)] for br in (0, 2) for bc in (0, 2)]
-    return all(len({grid[i] for i in u}) == 4 for u in units)
+    return all(len({grid[i] for i in u}) == 4 for u in grid_units(4))
 
 
 @lru_cache(maxsize=1)

@@ -6,6 +6,7 @@ A grid is a tuple of 81 ints in row-major order, 0 for an empty cell, 1–9 for 
 
 from __future__ import annotations
 
+import math
 import random
 from functools import lru_cache
 from typing import Optional, Sequence
@@ -27,13 +28,23 @@ def box_of(i: int) -> int:
     return (i // 27) * 3 + (i % 9) // 3
 
 
-@lru_cache(maxsize=1)
+@lru_cache(maxsize=None)
+def grid_units(n: int) -> tuple[tuple[int, ...], ...]:
+    """The 3n units of an n × n Sudoku (n a square: rows, columns, then √n × √n boxes row by row),
+    each a tuple of n cell indices (row-major, ascending)."""
+    b = math.isqrt(n)
+    if b * b != n:
+        raise ValueError(f"a Sudoku grid needs a square side (4, 9, ...), got {n}")
+    rows = [tuple(r * n + c for c in range(n)) for r in range(n)]
+    cols = [tuple(r * n + c for r in range(n)) for c in range(n)]
+    boxes = [tuple((br * b + r) * n + bc * b + c for r in range(b) for c in range(b))
+             for br in range(b) for bc in range(b)]
+    return tuple(rows + cols + boxes)
+
+
 def units() -> tuple[tuple[int, ...], ...]:
     """The 27 units (9 rows, 9 columns, 9 boxes), each a tuple of 9 cell indices."""
-    rows = [tuple(r * 9 + c for c in range(9)) for r in range(9)]
-    cols = [tuple(r * 9 + c for r in range(9)) for c in range(9)]
-    boxes = [tuple(i for i in range(81) if box_of(i) == b) for b in range(9)]
-    return tuple(rows + cols + boxes)
+    return grid_units(N)
 
 
 @lru_cache(maxsize=1)

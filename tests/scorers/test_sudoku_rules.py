@@ -7,7 +7,8 @@ import torch
 
 from framework.engine.scorer import Candidates, ScoringContext, build_scorer
 from framework.testing.toys import CharTokenizer
-from scorers.sudoku_rules import count_violations, parse_givens, units
+from framework.tasks.sudoku9_solver import grid_units, units
+from scorers.sudoku_rules import count_violations, parse_givens
 
 TOK = CharTokenizer()
 SOLUTION = "1234341221434321"  # a valid 4 x 4 grid
@@ -23,10 +24,13 @@ def cells(grid):
 
 
 def test_units_of_a_4x4_and_a_9x9_grid():
-    u4 = units(4)
-    assert len(u4) == 12 and [0, 1, 4, 5] in u4 and [0, 4, 8, 12] in u4
-    u9 = units(9)
-    assert len(u9) == 27 and all(len(u) == 9 for u in u9) and [60, 61, 62, 69, 70, 71, 78, 79, 80] in u9
+    u4 = grid_units(4)
+    assert len(u4) == 12 and (0, 1, 4, 5) in u4 and (0, 4, 8, 12) in u4
+    u9 = grid_units(9)
+    assert len(u9) == 27 and all(len(u) == 9 for u in u9) and (60, 61, 62, 69, 70, 71, 78, 79, 80) in u9
+    assert u9 == units()  # the 9 x 9 solver's units are the general ones
+    with pytest.raises(ValueError, match="square side"):
+        grid_units(5)
 
 
 def test_violations_counted_exactly():
