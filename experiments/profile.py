@@ -66,8 +66,9 @@ class ProfileRow:
 
 def profile_model(vocab_size: int = LLADA_VOCAB, d_model: int = 256, n_layers: int = 4, n_heads: int = 8,
                   mlp_hidden: int = 1024, device: "str | torch.device" = "cpu", dtype: torch.dtype = torch.float32,
-                  seed: int = 0) -> OwnArchitectureDenoiser:
-    """A LLaDA-architecture denoiser built from a config (random weights), real vocabulary."""
+                  seed: int = 0, query_chunk: Optional[int] = None) -> OwnArchitectureDenoiser:
+    """A LLaDA-architecture denoiser built from a config (random weights), real vocabulary; full
+    forwards taken ``query_chunk`` query rows at a time when given (``MaskedDiffusionLM.query_chunk``)."""
     torch.manual_seed(seed)
     config = LLaDAArchConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads, n_layers=n_layers,
                              mlp_hidden_size=mlp_hidden, vocab_size=vocab_size, max_sequence_length=4096,
@@ -84,6 +85,7 @@ def profile_model(vocab_size: int = LLADA_VOCAB, d_model: int = 256, n_layers: i
         for p in model.parameters():
             p.normal_(std=0.02)
     model = model.eval().requires_grad_(False)
+    model.query_chunk = query_chunk
     return OwnArchitectureDenoiser(model, mask_token_id=config.mask_token_id, vocab_size=vocab_size,
                                    pad_token_id=0)
 

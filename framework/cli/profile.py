@@ -51,6 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--heads", type=int, default=8)
     p.add_argument("--mlp-hidden", type=int, default=None,
                    help="SwiGLU hidden width (default: 4 x d_model; LLaDA-8B's is 12288 = 3 x 4096)")
+    p.add_argument("--query-chunk", type=int, default=None, metavar="N",
+                   help="take every forward over more than N query rows (the full forwards: no cache, and each "
+                        "block's refresh) N rows at a time: one chunk's activations instead of every row's, in "
+                        "smaller matrix products (default: one pass)")
     p.add_argument("--repeats", type=int, default=3,
                    help="timed runs per configuration, after one warm-up run that measures peak memory")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
@@ -75,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
                  "heads", "mlp_hidden"):
         if getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')}={getattr(args, name)} is out of range; allowed: ≥ 1")
+    if args.query_chunk is not None and args.query_chunk < 1:
+        raise CLIError(f"--query-chunk={args.query_chunk} is out of range; allowed: ≥ 1 (or leave it out: one pass)")
     if any(b < 1 for b in args.batch):
         raise CLIError(f"--batch {args.batch}: every batch size must be ≥ 1")
     if args.gen_length % args.block_length or args.block_length % args.tokens_per_step:
@@ -84,7 +90,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device) or torch.float32
-    model = profile_model(args.vocab_size, args.d_model, args.layers, args.heads, args.mlp_hidden, device, dtype)
+    model = profile_model(args.vocab_size, args.d_model, args.layers, args.heads, args.mlp_hidden, device, dtype,
+                          query_chunk=args.query_chunk)
     steps = args.gen_length // args.tokens_per_step
     n = len(args.batch) * len(args.cache) * len(args.temperature) * len(args.loops)
     t0 = time.perf_counter()
@@ -100,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
     params = sum(p.numel() for p in model.parameters())
     head = (f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, device {device}, {dtype}; "
             f"model: LLaDA architecture, vocab {args.vocab_size}, d_model {args.d_model}, {args.layers} layers, "
-            f"{args.heads} heads, MLP {args.mlp_hidden} "
+            f"{args.heads} heads, MLP {args.mlp_hidden}"
+            f"{f', full forwards in chunks of {args.query_chunk} queries' if args.query_chunk else ''} "
             f"({params / 1e6:.0f}M parameters, random); prompt {args.prompt_length}, generation {args.gen_length}, "
             f"block {args.block_length}, {args.tokens_per_step} token{'s' if args.tokens_per_step != 1 else ''} per step; "
             f"medians of {args.repeats} run{'s' if args.repeats != 1 else ''}; "

@@ -86,7 +86,7 @@ class StepFeatures:
 
 
 #: positions per chunk of the statistics: bounds the float temporaries to [B, chunk, V]
-STAT_CHUNK = 8
+STAT_CHUNK = 4
 
 
 def _chunk_stats(z: torch.Tensor, u: Optional[torch.Tensor], temperature: float) -> tuple[torch.Tensor, ...]:

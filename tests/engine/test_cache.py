@@ -97,6 +97,25 @@ def test_refreshing_every_step_equals_no_cache(which, cache, own_llada, own_drea
             assert cached.cache_refreshes.tolist() == plain.nfe.tolist()  # every forward was a refresh
 
 
+@pytest.mark.parametrize("which", ["llada", "dream"])
+def test_chunked_full_forwards_decode_the_same_tokens(which, own_llada, own_dream):
+    """``query_chunk`` (the model's full forwards taken a few query rows at a time, for memory)
+    changes no decision, under every cache mode, greedy and sampled."""
+    model = {"llada": own_llada, "dream": own_dream}[which]
+    for cache in ("none", "prefix", "dual"):
+        for name, params in CONTROLLERS[:2]:
+            for temperature in (0.0, 1.0):
+                cfg = dict(gen_length=16, block_length=4, temperature=temperature, cache=cache)
+                plain = run(model, PROMPTS_LLADA, name, params, **cfg)
+                model.model.query_chunk = 3
+                try:
+                    chunked = run(model, PROMPTS_LLADA, name, params, **cfg)
+                finally:
+                    model.model.query_chunk = None
+                assert torch.equal(chunked.generated, plain.generated), (cache, name, temperature)
+                assert torch.equal(chunked.nfe, plain.nfe)
+
+
 @pytest.mark.parametrize("which", ["tiny", "llada", "dream"])
 @pytest.mark.parametrize("cache", ["prefix", "dual"])
 def test_a_ragged_batch_equals_its_rows_one_by_one_with_the_cache(which, cache, own_llada, own_dream):

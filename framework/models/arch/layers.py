@@ -84,15 +84,16 @@ class KVCache:
               rows: Optional[tuple[Tensor, Tensor]] = None, ephemeral: int = 0) -> tuple[Tensor, Tensor]:
         """Store layer ``layer``'s new ``k, v`` (``[B, H_kv, T, D]``) in place and return its full
         ``[B, H_kv, S, D]`` tensors. Either ``positions`` is ``[B, T]`` (every query row is written,
-        one scatter, no host sync) or ``rows = (b, t)`` selects the written entries and
+        one copy per batch row, no host sync) or ``rows = (b, t)`` selects the written entries and
         ``positions`` is their 1-D slot list. With ``ephemeral`` = E the last E queries' keys and
         values (not written: ``rows`` leaves them out) follow the S slots in the returned tensors,
         ``[B, H_kv, S + E, D]``: seen in this forward only, never cached."""
         ck, cv = self.keys[layer], self.values[layer]
-        if rows is None:
-            idx = positions[:, None, :, None].expand(-1, ck.shape[1], -1, ck.shape[3])
-            ck.scatter_(2, idx, k.to(ck.dtype))
-            cv.scatter_(2, idx, v.to(cv.dtype))
+        if rows is None:  # one index_copy_ per row: scatter_ on bfloat16 CPU tensors copies the layer to float32
+            k, v = k.to(ck.dtype), v.to(cv.dtype)
+            for b in range(ck.shape[0]):
+                ck[b].index_copy_(1, positions[b], k[b])
+                cv[b].index_copy_(1, positions[b], v[b])
         else:
             b, t = rows
             ck[b, :, positions] = k.transpose(1, 2)[b, t].to(ck.dtype)
@@ -174,26 +175,41 @@ class SelfAttention(nn.Module):
         self.v_proj = nn.Linear(d_model, kv_dim, bias=qkv_bias)
         self.o_proj = nn.Linear(d_model, d_model, bias=out_bias)
 
+    def keys_values(self, x: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+        """Rotated keys and the values of the (normed) rows ``x`` ``[B, T, C]``: ``[B, H_kv, T, D]`` each."""
+        B, T, _ = x.shape
+        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
+        return apply_rope(k, cos, sin, self.rope_full_precision), v
+
+    def attend(self, x: Tensor, cos: Tensor, sin: Tensor, k: Tensor, v: Tensor, attn_mask: Optional[Tensor]) -> Tensor:
+        """``o_proj(softmax(q k^T / sqrt(D)) v)`` for the (normed) query rows ``x`` ``[B, T, C]`` over the
+        keys and values ``k, v`` ``[B, H or H_kv, S, D]`` (GQA heads expanded here when still H_kv)."""
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
+        q = apply_rope(q, cos, sin, self.rope_full_precision)
+        k, v = self.expand_heads(k), self.expand_heads(v)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=False)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+    def expand_heads(self, t: Tensor) -> Tensor:
+        """GQA: kv head j serves query heads ``j*g .. j*g+g-1``; ``t`` unchanged when it has H heads."""
+        if t.shape[1] == self.n_heads:
+            return t
+        B, _, S, D = t.shape
+        g = self.n_heads // self.n_kv_heads
+        return t[:, :, None].expand(-1, -1, g, -1, -1).reshape(B, self.n_heads, S, D)
+
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Optional[Tensor], cache: Optional[KVCache],
                 layer: int, write_positions: Optional[Tensor], write_rows: Optional[tuple[Tensor, Tensor]],
                 want_kv: bool, ephemeral: int = 0) -> tuple[Tensor, Optional[tuple[Tensor, Tensor]]]:
-        B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.n_heads, self.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(B, T, self.n_kv_heads, self.head_dim).transpose(1, 2)
-        q = apply_rope(q, cos, sin, self.rope_full_precision)
-        k = apply_rope(k, cos, sin, self.rope_full_precision)
+        k, v = self.keys_values(x, cos, sin)
         present = None
         if cache is not None:
             k, v = cache.write(layer, k, v, write_positions, write_rows, ephemeral)
         elif want_kv:  # a refresh: store contiguous [B, H_kv, T, D] so later in-place writes are plain strides
             present = (k.contiguous(), v.contiguous())
-        if self.n_kv_heads != self.n_heads:  # GQA: kv head j serves query heads j*g .. j*g+g-1
-            g = self.n_heads // self.n_kv_heads
-            k = k[:, :, None].expand(-1, -1, g, -1, -1).reshape(B, self.n_heads, -1, self.head_dim)
-            v = v[:, :, None].expand(-1, -1, g, -1, -1).reshape(B, self.n_heads, -1, self.head_dim)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=False)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1)), present
+        return self.attend(x, cos, sin, k, v, attn_mask), present
 
 
 class SwiGLU(nn.Module):
@@ -206,7 +222,10 @@ class SwiGLU(nn.Module):
         self.down_proj = nn.Linear(hidden, d_model, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        if torch.is_grad_enabled():
+            return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        g = F.silu(self.gate_proj(x), inplace=True)  # inference: one [.., hidden] intermediate fewer
+        return self.down_proj(g.mul_(self.up_proj(x)))
 
 
 class Block(nn.Module):
@@ -226,6 +245,40 @@ class Block(nn.Module):
         x = x + h
         return x + self.mlp(self.mlp_norm(x)), present
 
+    def forward_chunked(self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Optional[Tensor],
+                        cache: Optional[KVCache], layer: int, write_positions: Optional[Tensor],
+                        write_rows: Optional[tuple[Tensor, Tensor]], want_kv: bool, ephemeral: int,
+                        chunk: int) -> tuple[Tensor, Optional[tuple[Tensor, Tensor]]]:
+        """:meth:`forward` with the T query rows taken ``chunk`` at a time, updating ``x`` IN PLACE
+        (inference only): first every row's keys and values (straight into the cache when every
+        query is written), then per chunk the queries, attention, the MLP and both residual adds.
+        Peak activations are the keys and values of this layer plus one chunk's, instead of every
+        row's MLP intermediates ``[B, T, hidden]``; the numbers equal :meth:`forward`'s up to the
+        order of floating-point sums inside the matrix products."""
+        T = x.shape[1]
+        spans = [(a, min(a + chunk, T)) for a in range(0, T, chunk)]
+        present = None
+        if cache is not None and write_rows is None and not ephemeral:  # write each chunk's k, v in place
+            for a, b in spans:
+                k, v = self.attn.keys_values(self.attn_norm(x[:, a:b]), cos[:, a:b], sin[:, a:b])
+                k, v = cache.write(layer, k, v, write_positions[:, a:b])
+        else:  # filled chunk by chunk: never a list of parts beside their concatenation
+            B, Hkv, D = x.shape[0], self.attn.n_kv_heads, self.attn.head_dim
+            k, v = x.new_empty(B, Hkv, T, D), x.new_empty(B, Hkv, T, D)
+            for a, b in spans:
+                k[:, :, a:b], v[:, :, a:b] = self.attn.keys_values(self.attn_norm(x[:, a:b]), cos[:, a:b], sin[:, a:b])
+            if cache is not None:
+                k, v = cache.write(layer, k, v, write_positions, write_rows, ephemeral)
+            elif want_kv:
+                present = (k, v)
+        k, v = self.attn.expand_heads(k), self.attn.expand_heads(v)  # once per layer, not per chunk
+        for a, b in spans:
+            rows = x[:, a:b]
+            mask = attn_mask if attn_mask is None or attn_mask.shape[2] == 1 else attn_mask[:, :, a:b]
+            rows += self.attn.attend(self.attn_norm(rows), cos[:, a:b], sin[:, a:b], k, v, mask)
+            rows += self.mlp(self.mlp_norm(rows))
+        return x, present
+
 
 class MaskedDiffusionLM(nn.Module):
     """Embedding, :class:`Block` stack, final norm, LM head; the forward shared by LLaDA and Dream.
@@ -238,6 +291,10 @@ class MaskedDiffusionLM(nn.Module):
     arch_name = "masked diffusion LM"
     #: 1 when hidden state i predicts token i + 1 (Dream), 0 when it predicts token i (LLaDA)
     logits_shift = 0
+    #: queries per chunk of a forward over more rows than this (None: one pass). A full forward
+    #: (no cache, or a refresh) then holds one chunk's attention and MLP activations instead of every
+    #: row's; smaller matrix products, so slower where arithmetic is the bound (set it for memory).
+    query_chunk: Optional[int] = None
 
     def _build(self, *, vocab_size: int, d_model: int, n_layers: int, n_heads: int, n_kv_heads: int,
                mlp_hidden: int, eps: float, rope_theta: float, rope_full_precision: bool, qkv_bias: bool,
@@ -311,15 +368,20 @@ class MaskedDiffusionLM(nn.Module):
             km = km | ~km.any(dim=-1, keepdim=True)  # a query with no real key: attend everywhere, stay finite
             mask = km[:, None, None, :] if km.dim() == 2 else km[:, None]
         write_rows = None
-        if cache is not None and write_valid is not None:  # one host sync per forward, not per layer
-            write_rows = write_valid.to(torch.bool).nonzero(as_tuple=True)
-            write_positions = write_positions[write_rows]
+        if cache is not None and write_valid is not None and not bool(write_valid.all()):  # host syncs per
+            write_rows = write_valid.to(torch.bool).nonzero(as_tuple=True)  # forward, not per layer; all
+            write_positions = write_positions[write_rows]  # valid: the plain per-row copy, no gathers
         cos, sin = rope_cos_sin(position_ids, self.head_dim, self.rope_theta)
         h = self.embed(input_ids)
         want_kv = use_cache and cache is None
         keys, values = [], []
+        chunk = self.query_chunk if self.query_chunk and T > self.query_chunk and not torch.is_grad_enabled() else 0
         for i, layer in enumerate(self.layers):
-            h, kv = layer(h, cos, sin, mask, cache, i, write_positions, write_rows, want_kv, ephemeral)
+            if chunk:
+                h, kv = layer.forward_chunked(h, cos, sin, mask, cache, i, write_positions, write_rows, want_kv,
+                                              ephemeral, chunk)
+            else:
+                h, kv = layer(h, cos, sin, mask, cache, i, write_positions, write_rows, want_kv, ephemeral)
             if want_kv:
                 keys.append(kv[0])
                 values.append(kv[1])
