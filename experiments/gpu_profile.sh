@@ -12,3 +12,6 @@ fi
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader || true
 "$ADEC" profile --device cuda --dtype bfloat16 --d-model 4096 --layers 32 --heads 32 --mlp-hidden 12288 \
   --batch 1 8 --loops decode bare verify --repeats 3 --json "${OUT:-.}/profile-cuda.json" "$@"
+# the same with full forwards in query chunks (memory: docs/profile.md), greedy, decode only
+"$ADEC" profile --device cuda --dtype bfloat16 --d-model 4096 --layers 32 --heads 32 --mlp-hidden 12288 \
+  --batch 1 8 --loops decode --temperature 0 --query-chunk 128 --repeats 3 --json "${OUT:-.}/profile-cuda-chunk128.json" "$@"

@@ -35,7 +35,7 @@ def device_arg(text: str) -> str:
 
 
 def add_model_args(g: Any, *, model_default: Optional[str] = DEFAULT_MODEL, model_help: Optional[str] = None) -> None:
-    """``--model``, ``--dtype``, ``--device``, ``--trust-remote-code``, ``--no-chat-template``."""
+    """``--model``, ``--dtype``, ``--device``, ``--trust-remote-code``, ``--query-chunk``, ``--no-chat-template``."""
     g.add_argument("--model", default=model_default,
                    help=model_help or (
                        f"a folder (this project's format or a Hugging Face checkpoint), a built-in name "
@@ -50,6 +50,11 @@ def add_model_args(g: Any, *, model_default: Optional[str] = DEFAULT_MODEL, mode
                    help="let a checkpoint run the modeling code it ships (auto_map in config.json); without "
                         "it such a checkpoint is refused. LLaDA and Dream load with the framework's own "
                         "implementation and do not need it")
+    g.add_argument("--query-chunk", type=int, default=None, metavar="N",
+                   help="the framework's own LLaDA/Dream: take each forward over more than N query rows (every "
+                        "step without a cache, each block's refresh with one) N rows at a time, so a step holds "
+                        "one chunk's activations instead of the whole canvas's; slower where arithmetic is the "
+                        "bound, so set it for memory (long canvases, large batches) (default: one pass)")
     g.add_argument("--no-chat-template", dest="chat_template", action="store_false",
                    help="do not wrap prompts in the tokenizer's chat template (by default an instruct "
                         "model's prompt becomes one user turn plus the generation prompt)")
@@ -66,9 +71,12 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
         device = resolve_device(getattr(args, "device", "auto"))
     except HubModelError as exc:
         raise CLIError(f"--device: {exc}") from None
+    chunk = getattr(args, "query_chunk", None)
+    if chunk is not None and chunk < 1:
+        raise CLIError(f"--query-chunk={chunk} is out of range; allowed: ≥ 1 (or leave it out: one pass)")
     return {"device": device, "dtype": getattr(args, "dtype", "auto"),
             "trust_remote_code": bool(getattr(args, "trust_remote_code", False)),
-            "chat": None if getattr(args, "chat_template", True) else False}
+            "chat": None if getattr(args, "chat_template", True) else False, "query_chunk": chunk}
 
 
 def load_cli_model(name: str, options: dict[str, Any]) -> Any:

@@ -296,6 +296,7 @@ def load_hub_model(
     kind: Optional[str] = None,
     *,
     chat: Optional[bool] = False,
+    query_chunk: Optional[int] = None,
 ) -> LoadedModel:
     """Load a hub model (local folder or cached hub name) as a denoiser with its tokenizer.
 
@@ -311,6 +312,8 @@ def load_hub_model(
             ``None`` = detect from ``config.json``.
         chat: apply the tokenizer's chat template to each prompt (instruct models); ``None`` = when
             the tokenizer has one.
+        query_chunk: queries per chunk of a full forward (:attr:`MaskedDiffusionLM.query_chunk`);
+            only for the framework's own LLaDA / Dream (a remote-code model is refused with it).
     """
     from transformers import AutoTokenizer
 
@@ -322,6 +325,11 @@ def load_hub_model(
         device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     own = own_architecture(config)
+    if query_chunk is not None and (not own or int(query_chunk) < 1):
+        raise HubModelError(
+            f"query_chunk={query_chunk} (--query-chunk): allowed is an integer ≥ 1, and only for the framework's own "
+            f"LLaDA and Dream implementations" + ("" if own else f"; {str(path)!r} is a {kind} checkpoint run by "
+                                                   f"its own modeling code"))
     model_cls = None if own else _model_class(cls, config, trust_remote_code)  # refused here, before any read
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
@@ -329,6 +337,7 @@ def load_hub_model(
         raise HubModelError(f"cannot load the tokenizer of {str(path)!r}: {exc}") from None
     if own:
         model, denoiser = _load_own(cls, path, config, tokenizer, torch_dtype, device)
+        model.query_chunk = query_chunk
     else:
         extra = {} if torch_dtype is None else {"dtype": torch_dtype}
         model = model_cls.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code, **extra)
@@ -355,6 +364,7 @@ def load_hub_model(
         "device": str(device),
         "chat_template": tok.chat,
         "own_architecture": own,
+        "query_chunk": query_chunk,
     }
     return LoadedModel(denoiser=denoiser, tokenizer=tok, name=name_or_path, task=None, info=info)
 

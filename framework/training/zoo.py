@@ -68,9 +68,18 @@ MODELS.add("tiny-phrases", ModelSpec("phrases", "pairs at scale: up to 42 phrase
 MODELS.add("tiny-pairs", ModelSpec("pairs", "paired phrases (New York / San Francisco), tiny Transformer"))
 
 
+def _no_query_chunk(query_chunk: Optional[int], name: str) -> None:
+    if query_chunk is not None:
+        from framework.models.hub_adapters import HubModelError
+
+        raise HubModelError(f"query_chunk={query_chunk} (--query-chunk) applies to the framework's own LLaDA and Dream "
+                         f"implementations (a Hugging Face checkpoint folder or a cached hub name); {name!r} is a "
+                         f"model of this project's own format")
+
+
 def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = True,
                progress: bool = True, *, dtype: Any = None, trust_remote_code: bool = False,
-               chat: Optional[bool] = None) -> LoadedModel:
+               chat: Optional[bool] = None, query_chunk: Optional[int] = None) -> LoadedModel:
     """A ready :class:`LoadedModel` from a folder, a built-in name or a cached hub name.
 
     Tried in this order:
@@ -90,6 +99,8 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
         trust_remote_code: let a checkpoint run its own modeling code (off: such a checkpoint is
             refused with a message naming ``--trust-remote-code``).
         chat: wrap prompts in the tokenizer's chat template; ``None`` = when it has one.
+        query_chunk: the framework's own LLaDA / Dream only: queries per chunk of a full forward
+            (``MaskedDiffusionLM.query_chunk``, for memory); refused for any other model.
 
     A missing or corrupt file raises :class:`CheckpointError` naming it; nothing is deleted.
     A name that is none of these raises an error listing what was tried.
@@ -98,10 +109,11 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
 
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)  # validates the name before any work
-    hub = dict(device=device, dtype=dtype, trust_remote_code=trust_remote_code, chat=chat)
+    hub = dict(device=device, dtype=dtype, trust_remote_code=trust_remote_code, chat=chat, query_chunk=query_chunk)
     path = Path(name_or_path).expanduser()
     if path.is_dir():
         if is_saved_model(path):
+            _no_query_chunk(query_chunk, name_or_path)
             return _cast(load_pretrained(path, device=device), dtype, torch_dtype)
         cfg = path / CONFIG_FILE
         if not cfg.is_file():
@@ -112,6 +124,7 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
 
         return load_hub_model(str(path), **hub)
     if name_or_path == "tiny-text":  # the character-level English model has its own tokenizer
+        _no_query_chunk(query_chunk, name_or_path)
         from framework.training.text_model import load_text_model
 
         loaded = load_text_model(device=device, train_if_missing=train_if_missing, progress=progress)
@@ -131,6 +144,7 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
         if _looks_like_path(name_or_path) or path.exists():
             raise CheckpointError(f"{path}: no such model folder. Tried: {tried}")
         raise UnknownNameError(f"unknown model {name_or_path!r} (and no such folder). Tried: {tried}")
+    _no_query_chunk(query_chunk, name_or_path)
     spec: ModelSpec = MODELS.get(name_or_path)
     folder = model_dir(name_or_path)
     shipped = packaged_dir(name_or_path)

@@ -132,7 +132,7 @@ def test_generate_plumbs_the_chat_template_and_options(tmp_path, capsys, monkeyp
     argv = ["generate", "--input", str(inp), "--output", str(out), "--model", str(folder), "--no-progress",
             "--set", "gen_length=4", "--device", "cpu", "--dtype", "float32"]
     assert main(argv) == 0, capsys.readouterr().err
-    assert seen == [("cpu", {"dtype": "float32", "trust_remote_code": False, "chat": None})]
+    assert seen == [("cpu", {"dtype": "float32", "trust_remote_code": False, "chat": None, "query_chunk": None})]
     first = json.loads(out.read_text().splitlines()[0])
     assert first["status"] == "ok" and len(first["generated_ids"]) == 4
     # the results file remembers the prompt encoding: without the template it is another job

@@ -238,3 +238,32 @@ def test_a_relative_the_framework_does_not_implement_still_needs_trust(tmp_path)
         load_model(str(folder))
     loaded = load_model(str(folder), trust_remote_code=True)
     assert loaded.info["own_architecture"] is False and loaded.info["class"] == "TinyLLaDAModelLM"
+
+
+def test_query_chunk_reaches_the_own_architecture_and_is_refused_elsewhere(tmp_path):
+    """``--query-chunk`` sets the own model's chunk (and changes no decision); a remote-code model,
+    a model of this project's format and a chunk below 1 are refused naming the option."""
+    from framework.engine.config import DecodeConfig
+    from framework.engine.controller_io import build_controller
+    from framework.engine.loop import decode
+
+    folder = real_format("llada", tmp_path / "llada")
+    plain, chunked = load_model(str(folder)), load_model(str(folder), query_chunk=2)
+    assert chunked.denoiser.model.query_chunk == 2 and chunked.info["query_chunk"] == 2
+    assert plain.denoiser.model.query_chunk is None
+    ids = [plain.tokenizer.encode("hello w1 w2 w3")]
+    a, b = (decode(m.denoiser, ids, build_controller("fast_dllm"), DecodeConfig(gen_length=6)) for m in (plain, chunked))
+    assert torch.equal(a.generated, b.generated)
+    with pytest.raises(HubModelError, match=r"query_chunk=0.*≥ 1"):
+        load_model(str(folder), query_chunk=0)
+    with pytest.raises(HubModelError, match=r"query_chunk=4.*own LLaDA and Dream.*its own modeling code"):
+        load_model(str(llada_checkpoint(tmp_path / "tiny-llada")), trust_remote_code=True, query_chunk=4)
+    with pytest.raises(HubModelError, match=r"query_chunk=4.*'tiny-sudoku' is a model of this project's own format"):
+        load_model("tiny-sudoku", query_chunk=4)
+
+
+def test_query_chunk_flag_is_checked_before_any_work(capsys):
+    from framework.cli.main import main
+
+    assert main(["decode", "--model", "tiny-sudoku", "--query-chunk", "0", "--prompt", "1"]) != 0
+    assert "--query-chunk=0 is out of range; allowed: ≥ 1" in capsys.readouterr().err
