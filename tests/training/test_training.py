@@ -237,7 +237,7 @@ def test_hugging_face_folder_is_delegated_to_the_hub_adapter(tmp_path, monkeypat
                         lambda path, **kw: calls.append((path, kw)) or "hub-model")
     assert load_model(str(folder)) == "hub-model"
     # remote code stays off unless asked for; the chat template follows the tokenizer (None)
-    assert calls == [(str(folder), {"device": "cpu", "dtype": None, "trust_remote_code": False, "chat": None})]
+    assert calls == [(str(folder), {"device": "cpu", "dtype": None, "trust_remote_code": False, "chat": None, "query_chunk": None})]
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(CheckpointError, match=r"empty.config\.json: file not found"):
