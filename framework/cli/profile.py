@@ -76,11 +76,9 @@ def run(args: argparse.Namespace) -> int:
 
     args.mlp_hidden = args.mlp_hidden or 4 * args.d_model
     for name in ("prompt_length", "gen_length", "block_length", "tokens_per_step", "repeats", "d_model", "layers",
-                 "heads", "mlp_hidden"):
-        if getattr(args, name) < 1:
+                 "heads", "mlp_hidden", "query_chunk"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
             raise CLIError(f"--{name.replace('_', '-')}={getattr(args, name)} is out of range; allowed: ≥ 1")
-    if args.query_chunk is not None and args.query_chunk < 1:
-        raise CLIError(f"--query-chunk={args.query_chunk} is out of range; allowed: ≥ 1 (or leave it out: one pass)")
     if any(b < 1 for b in args.batch):
         raise CLIError(f"--batch {args.batch}: every batch size must be ≥ 1")
     if args.gen_length % args.block_length or args.block_length % args.tokens_per_step:
