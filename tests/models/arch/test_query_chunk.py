@@ -76,14 +76,11 @@ def test_chunked_in_place_refresh_and_prefix_step_equal_one_pass(name, checkpoin
     slots = torch.arange(L).expand(B, L)
 
     c1, c2 = cache.clone(), cache.clone()
-    with torch.no_grad():  # every column a written query against the existing cache (the engine's refresh)
-        want = own(new, cache=c1, write_positions=slots, position_ids=pos, key_mask=mask)[0]
-        own.query_chunk = 5
-        try:
-            got = own(new, cache=c2, write_positions=slots, position_ids=pos, key_mask=mask)[0]
-        finally:
-            own.query_chunk = None
-    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    caches = [c1, c2]  # every column a written query against the existing cache (the engine's refresh)
+    want, got, calls = _both(own, 5, lambda: own(new, cache=caches.pop(0), write_positions=slots, position_ids=pos,
+                                                  key_mask=mask))
+    assert calls == [L] * len(own.layers)
+    torch.testing.assert_close(got[0], want[0], atol=ATOL, rtol=0)
     _close_cache(c2, c1)
     # a prefix step whose query rows are ragged: row 0 writes 9 slots, the others 6 (padded, not written)
     start = L // 2
