@@ -11,6 +11,10 @@
   with its slot hidden, another token is also more likely than it by more than δ
   (``verify_top_prob − verify_prob > δ``): a token that is one of several equally likely modes
   (probability about 1/m each) is not revoked for being uncertain, only for being outvoted.
+* ``verified``: WINO's narrow-out step around any controller (``inner``): the wrapped controller
+  drafts (a learned policy, a margin rule, ...), and every earlier draft of the block whose
+  hidden-slot probability is below τ₂ returns to the mask, as in ``wino``. ``wino`` is
+  ``verified`` around ``fast_dllm`` at τ₁ (tested token for token).
 * ``remdm``: a ReMDM-style re-masking schedule (Wang et al., "Remasking Discrete Diffusion Models
   with Inference-Time Scaling", arXiv 2503.00307, the "conf" variant) on Fast-dLLM's threshold
   rule: once a block is at least ``start`` decided, each token committed earlier in the block is
@@ -25,13 +29,17 @@ most ``remask_per_position`` times, at most ``remask_budget`` per sample, so dec
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Optional
+
 import torch
 
-from framework.core.params import Param
+from framework.core.params import Param, ParameterError
 from framework.core.rng import uniform_at
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.selection import rank_within, select_topk
+from controllers.guards import _Wrapper
 
 REMDM_SALT = 0x2E3D
 
@@ -44,6 +52,23 @@ def draft(f: StepFeatures, threshold: float) -> torch.Tensor:
 def least_first(score: torch.Tensor, candidates: torch.Tensor, limit: torch.Tensor) -> torch.Tensor:
     """The ``limit`` ``[B]`` candidates with the lowest ``score`` per row (ties: lower slot)."""
     return candidates & (rank_within(-score.float(), candidates) < limit[:, None])
+
+
+def narrow_out(f: StepFeatures, commit: torch.Tensor, verify_threshold: float, rival_margin: "float | None",
+               progress_guard: bool) -> torch.Tensor:
+    """WINO's narrow-out: earlier drafts whose hidden-slot probability is < τ₂, the least verified first.
+
+    With ``rival_margin`` δ only drafts that another token outvotes by more than δ with the slot
+    hidden; with ``progress_guard`` at most (``commit`` count − 1) per row, so the decided count never
+    falls. No re-masks where the step carries no verification (``f.verify_prob`` is None).
+    """
+    if f.revocable is None or f.verify_prob is None:
+        return torch.zeros_like(commit)
+    weak = f.revocable & (f.verify_prob.nan_to_num(1.0) < verify_threshold)
+    if rival_margin is not None and f.verify_top_prob is not None:
+        weak &= (f.verify_top_prob - f.verify_prob).nan_to_num(0.0) > rival_margin
+    limit = (commit.sum(1) - 1 if progress_guard else weak.sum(1)).clamp(min=0)
+    return least_first(f.verify_prob.nan_to_num(1.0), weak, limit)
 
 
 @CONTROLLERS.register("wino")
@@ -74,14 +99,50 @@ class Wino(Controller):
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         commit = draft(f, self.draft_threshold)
-        remask = torch.zeros_like(commit)
-        if f.revocable is not None and f.verify_prob is not None:
-            weak = f.revocable & (f.verify_prob.nan_to_num(1.0) < self.verify_threshold)
-            if self.rival_margin is not None and f.verify_top_prob is not None:
-                weak &= (f.verify_top_prob - f.verify_prob).nan_to_num(0.0) > self.rival_margin
-            limit = (commit.sum(1) - 1 if self.progress_guard else weak.sum(1)).clamp(min=0)
-            remask = least_first(f.verify_prob.nan_to_num(1.0), weak, limit)
+        remask = narrow_out(f, commit, self.verify_threshold, self.rival_margin, self.progress_guard)
         return Decision(commit=commit, remask=remask, info={"remasked": remask.sum(1)})
+
+
+@CONTROLLERS.register("verified", aliases=("verify_guard",))
+class Verified(_Wrapper):
+    """WINO's narrow-out around any controller: it drafts, drafts failing the hidden-slot check τ₂ return."""
+
+    kind = "heuristic"
+    revocable = True
+    verifies = True
+    params = {
+        "inner": Param(str, doc="the drafting controller (a registered name)"),
+        "inner_params": Param(dict, nullable=True, doc="parameters of the drafting controller"),
+        "verify_threshold": Param(float, low=0.0, high=1.0,
+                                  doc="τ₂: re-mask drafts whose probability with their slot hidden is < τ₂",
+                                  tune=(0.5, 0.99)),
+        "progress_guard": Param(bool, doc="re-mask at most (commits this step − 1) per step"),
+        "rival_margin": Param(float, low=0.0, high=1.0, nullable=True,
+                              doc="also require another token to beat the draft by more than this with its slot "
+                                  "hidden; null: WINO's rule"),
+    }
+
+    def __init__(self, inner: str = "fast_dllm", inner_params: Optional[dict] = None, verify_threshold: float = 0.9,
+                 progress_guard: bool = True, rival_margin: "float | None" = None) -> None:
+        self.inner = inner
+        self.inner_params = inner_params
+        self.verify_threshold = verify_threshold
+        self.progress_guard = progress_guard
+        self.rival_margin = rival_margin
+
+    def check_combination(self) -> None:
+        super().check_combination()
+        if getattr(self._inner, "revocable", False):
+            raise ParameterError(f"verified.inner={self.inner!r} is revocable itself; allowed: a controller "
+                                 f"that only commits (one re-masking rule per decode)")
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        d = self.inner_controller().decide(f, state)
+        commit = d.commit & f.eligible
+        remask = narrow_out(f, commit, self.verify_threshold, self.rival_margin, self.progress_guard)
+        info = dict(d.info)
+        info["remasked"] = remask.sum(1)
+        return dataclasses.replace(d, commit=commit, remask=remask, info=info)
 
 
 @CONTROLLERS.register("remdm", aliases=("remdm_conf",))

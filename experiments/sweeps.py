@@ -11,7 +11,10 @@ expands, in the order given, to ``fast_dllm (threshold=0.5)``, ``fast_dllm (thre
 entry's own label (``label:``, or the default built from controller, params and lookahead). The
 swept key names a parameter of the controller (``params``; ``steps_per_token`` for the LLaDA and
 Dream families) or a decoding option (``decode``: ``block_length``, ``cache_refresh``, ...); a
-controller parameter wins if a name were both. Each value is validated as if it were written in
+controller parameter wins if a name were both. A dotted key reaches inside a mapping parameter:
+``{inner_params.threshold: [0.99, 0.9]}`` sweeps the wrapped controller's threshold of a wrapper
+(``verified``, ``number_guard``); the label names the leaf (``(threshold=0.99)``), and the value is
+checked when the file is read, by building the cell's controller for each task. Each value is validated as if it were written in
 ``params`` / ``decode``, the key may not also be set there, and values may not repeat. Every value
 is its own cell (the cell hash covers the value), so a run resumes point by point.
 """
@@ -31,6 +34,13 @@ EXAMPLE = "{threshold: [0.5, 0.7, 0.9]}"
 def param_problem(cls: type, key: str, value: Any) -> Optional[str]:
     """Why ``key=value`` is not a valid parameter of controller ``cls``, or ``None``."""
     known = cls._param_names()
+    if "." in key:  # inside a mapping parameter: the leaf is checked when the controller is built
+        head = key.split(".", 1)[0]
+        spec = cls.params.get(head)
+        if spec is None or spec.kind is not dict:
+            return (f"{head!r} is not a mapping parameter of {cls.display_name()}; a dotted key reaches "
+                    f"inside one of: {', '.join(k for k, p in cls.params.items() if p.kind is dict) or 'none'}")
+        return None
     if key == "steps_per_token":
         if "steps" not in known:
             return f"{cls.display_name()} has no 'steps' parameter to derive it for"
@@ -65,7 +75,7 @@ def _target(cls: Optional[type], key: str) -> Optional[str]:
     if cls is None:  # tuned:PATH or a placeholder: its parameters are checked when it is built
         return "decode" if key in DecodeConfig._param_names() else "params"
     known = cls._param_names()
-    if key in known or (key == "steps_per_token" and "steps" in known):
+    if key in known or (key == "steps_per_token" and "steps" in known) or key.split(".", 1)[0] in known:
         return "params"
     return "decode" if key in DecodeConfig._param_names() else None
 
@@ -98,6 +108,10 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], wh
         return []
     fixed = spec.params if target == "params" else spec.decode
     clash = [k for k in ({"steps", "steps_per_token"} if key in ("steps", "steps_per_token") else {key}) if k in fixed]
+    if "." in key and target == "params":
+        head, leaf = key.split(".", 1)
+        inner = fixed.get(head)
+        clash = [key] if isinstance(inner, dict) and leaf in inner else []
     for k in sorted(clash):
         c.add(kpath, f"{target}.{k} is also set; a swept parameter takes its values from the sweep only")
     seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
@@ -112,7 +126,15 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], wh
     if not ok:
         return []
     return [dataclasses.replace(
-        spec, label=f"{spec.label} ({key}={v})", curve=spec.label, sweep={key: v}, path=f"{kpath}[{j}]",
-        params={**spec.params, key: v} if target == "params" else dict(spec.params),
+        spec, label=f"{spec.label} ({key.rsplit('.', 1)[-1]}={v})", curve=spec.label, sweep={key: v},
+        path=f"{kpath}[{j}]", params=with_value(spec.params, key, v) if target == "params" else dict(spec.params),
         decode={**spec.decode, key: v} if target == "decode" else dict(spec.decode))
         for j, v in enumerate(values)]
+
+
+def with_value(params: dict, key: str, value: Any) -> dict:
+    """``params`` with ``key`` set to ``value``; a dotted key sets a leaf inside a mapping parameter."""
+    if "." not in key:
+        return {**params, key: value}
+    head, leaf = key.split(".", 1)
+    return {**params, head: with_value(dict(params.get(head) or {}), leaf, value)}

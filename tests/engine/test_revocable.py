@@ -195,6 +195,44 @@ def test_cached_shadow_block_equals_the_uncached_one_on_a_fresh_cache(which, mod
         model.core(x[:, :4], ephemeral=3)
 
 
+@pytest.mark.parametrize("cache", ["none", "dual"])
+def test_verified_around_fast_dllm_is_wino_token_for_token(cache):
+    # WINO = Fast-dLLM's threshold rule drafting + the narrow-out; the wrapper composes the same two
+    model = tiny(2)
+    prompts = [[3, 4, 5], [6, 7]]
+    cfg = DecodeConfig(gen_length=12, block_length=6, cache=cache)
+    for guard, delta in [(False, None), (True, None), (False, 0.05)]:
+        wino = build_controller("wino", draft_threshold=0.9, verify_threshold=0.99, progress_guard=guard,
+                                rival_margin=delta)
+        wrapped = build_controller("verified", inner="fast_dllm", inner_params={"threshold": 0.9},
+                                   verify_threshold=0.99, progress_guard=guard, rival_margin=delta)
+        a, b = decode(model, prompts, wino, cfg), decode(model, prompts, wrapped, cfg)
+        assert torch.equal(a.generated, b.generated) and torch.equal(a.nfe, b.nfe), (guard, delta)
+        assert torch.equal(a.remasks, b.remasks), (guard, delta)
+        if not guard and delta is None:  # the plain rule re-masks on this model: the comparison has teeth
+            assert int(a.remasks.sum()) > 0
+    # the garden's designed flip-flop, on exact probes: the same six steps as WINO's own test
+    wrapped = build_controller("verified", inner="fast_dllm", inner_params={"threshold": 0.9},
+                               verify_threshold=0.5, progress_guard=False)
+    res = decode(JointDenoiser(**GARDEN), [PROMPT], wrapped, DecodeConfig(gen_length=3), trace=True)
+    assert [r["remask"][0].nonzero().squeeze(1).tolist() for r in res.trace] == [[], [], [1], [2], [1], []]
+
+
+def test_verified_lets_its_inner_controller_draft_and_refuses_a_revocable_one():
+    # around margin_topk (one commit a step at eta 1: no margin exceeds it) with τ₂ = 0 nothing is revoked
+    model = tiny(2)
+    cfg = DecodeConfig(gen_length=12, block_length=6)
+    inner = decode(model, [[3, 4, 5]], build_controller("margin_topk", eta=1.0, depth=0), cfg)
+    kept = decode(model, [[3, 4, 5]], build_controller("verified", inner="margin_topk",
+                                                        inner_params={"eta": 1.0, "depth": 0},
+                                                        verify_threshold=0.0), cfg)
+    assert torch.equal(inner.generated, kept.generated) and kept.remasks.tolist() == [0]
+    with pytest.raises(ParameterError, match="verified.inner='wino' is revocable"):
+        build_controller("verified", inner="wino")
+    with pytest.raises(ParameterError, match="verify_threshold=2"):
+        build_controller("verified", verify_threshold=2.0)
+
+
 def test_remdm_remasks_the_least_confident_earlier_token_and_is_seeded():
     m = JointDenoiser(**GARDEN)
     ctrl = build_controller("remdm", threshold=0.9, eta=1.0, start=0.0, max_per_step=1)

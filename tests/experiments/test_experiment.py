@@ -157,6 +157,36 @@ def test_a_sweep_expands_into_one_strategy_per_value_on_one_curve():
     assert [c.id for c in parse_experiment(doc).cells()] == [c.id for c in cells]  # stable: resumable
 
 
+def test_a_dotted_sweep_key_reaches_inside_a_wrappers_mapping_parameter():
+    doc = two_strategy(strategies=[
+        {"label": "v", "controller": "verified", "params": {"inner": "margin_topk", "inner_params": {"depth": 0},
+                                                             "verify_threshold": 0.9},
+         "sweep": {"inner_params.eta": [0.9, 0.7]}},
+        {"label": "w", "controller": "verified", "sweep": {"inner_params.threshold": [0.5]}}])
+    exp = parse_experiment(doc)
+    got = [(s.label, s.curve, s.params) for s in exp.strategies]
+    assert got == [
+        ("v (eta=0.9)", "v", {"inner": "margin_topk", "inner_params": {"depth": 0, "eta": 0.9}, "verify_threshold": 0.9}),
+        ("v (eta=0.7)", "v", {"inner": "margin_topk", "inner_params": {"depth": 0, "eta": 0.7}, "verify_threshold": 0.9}),
+        ("w (threshold=0.5)", "w", {"inner_params": {"threshold": 0.5}})]
+    assert len({c.key for c in exp.cells()}) == len(exp.cells())  # the nested value is in the cell's hash
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(two_strategy(strategies=[
+            {"controller": "fast_dllm", "sweep": {"threshold.x": [0.5]}},
+            {"controller": "verified", "params": {"inner_params": {"threshold": 0.9}},
+             "sweep": {"inner_params.threshold": [0.5]}}]))
+    problems = dict(info.value.problems)
+    assert "'threshold' is not a mapping parameter of fast_dllm" in problems["strategies[0].sweep.threshold.x[0]"]
+    assert "params.inner_params.threshold is also set" in problems["strategies[1].sweep.inner_params.threshold"]
+    # the leaf is checked when the file is read, by building the cell's controller for each task
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(two_strategy(strategies=[
+            {"controller": "verified", "sweep": {"inner_params.threshold": [0.5, -0.5]}}]))
+    assert [p for p, _ in info.value.problems] == ["strategies[0].sweep.inner_params.threshold[1]"]
+    assert "fast_dllm.threshold=-0.5 is out of range" in dict(info.value.problems)[
+        "strategies[0].sweep.inner_params.threshold[1]"]
+
+
 def test_sweep_validation_reports_every_bad_value_with_its_path():
     doc = two_strategy(strategies=[
         {"controller": "fast_dllm", "sweep": {"threshold": [0.5, -1, 0.5]}},
