@@ -195,6 +195,10 @@ def run_experiment(
     if dist.is_main and done:
         print(f"adec run: {run_dir}: {len(done)} of {len(cells)} cells already finished; running "
               f"the other {len(todo)} (use --overwrite to recompute)", file=sys.stderr)
+        for c in cells:
+            for path in (stale_inputs(c.params, cells_dir / c.id / "summary.json") if c.id in done else []):
+                print(f"adec run: warning: cell {c.id} finished before {path} changed: its figures are from the "
+                      f"earlier file (delete {cells_dir / c.id} or use --overwrite to recompute)", file=sys.stderr)
     wb = _init_wandb(wandb_mode, exp, run_dir, len(cells)) if dist.is_main else None
     bar = None
     if dist.is_main and progress:
@@ -237,6 +241,18 @@ def run_experiment(
             _finish_wandb(wb, rows)
     return RunResult(run_dir=run_dir, rows=rows, evaluated=evaluated,
                      reused=[c for c in done if c in {x.id for x in cells}], interrupted=interrupted)
+
+
+def stale_inputs(params: Any, summary: Path) -> list[str]:
+    """Files named in ``params`` (a policy file, nested ones included) modified after ``summary`` was
+    written: a resumed run reuses a finished cell by its parameters, not by the files they name."""
+    if isinstance(params, dict):
+        return [p for v in params.values() for p in stale_inputs(v, summary)]
+    if isinstance(params, (list, tuple)):
+        return [p for v in params for p in stale_inputs(v, summary)]
+    if isinstance(params, str) and params and os.path.isfile(params) and summary.is_file():
+        return [params] if os.path.getmtime(params) > summary.stat().st_mtime else []
+    return []
 
 
 def _write_cell(cell: Cell, folder: Path, result: Any, task: Any, device: str, seconds: float,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -107,7 +108,7 @@ def test_missing_tuned_file_is_an_error_or_a_skip_with_its_prepare_command(tmp_p
     assert "skipping strategies[1]" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["smoke", "smoke_benchmark", "benchmark", "transfer", "llada_multigpu"])
+@pytest.mark.parametrize("name", ["smoke", "smoke_benchmark", "benchmark", "transfer", "verified", "llada_multigpu"])
 def test_shipped_experiments_validate(name, tmp_path):
     overrides = {"on_missing": "skip"}
     if name == "llada_multigpu":  # the real checkpoint is not in this machine's cache: a folder stands in
@@ -123,6 +124,14 @@ def test_shipped_experiments_validate(name, tmp_path):
         singles = {c for c, pts in curves.items() if len(pts) == 1}
         assert singles == {"sequential", "cadllm", "oracle"}
         assert [p["title"] for p in exp.published] and {t.key for t in exp.tasks} >= {"sudoku9", "phrases"}
+    if name == "verified":  # each learned drafter beside itself wrapped, on the same sweep
+        points: dict = {}
+        for s in exp.strategies:
+            if s.sweep:
+                points.setdefault(s.curve, []).extend(s.sweep.values())
+        assert len(points["learned (residual MLP, RL)"]) == 7
+        assert points["verified learned (residual MLP, RL, τ₂=0.98)"] == points["learned (residual MLP, RL)"]
+        assert points["verified learned (window, DAgger, τ₂=0.98)"] == points["learned (window, DAgger)"]
     if name == "smoke_benchmark":
         assert {"reference", "baseline", "heuristic", "oracle"} <= kinds
         assert any(c.lookahead for c in exp.cells()) and any(not c.lookahead for c in exp.cells())
@@ -283,6 +292,21 @@ def test_runs_end_to_end_resumes_after_a_kill_and_never_recomputes(tmp_path, mon
     assert (run_dir / "summary.csv").read_text().splitlines()[0].startswith("task,strategy,kind")
     env = json.loads((run_dir / "environment.json").read_text())
     assert env["cores"] and env["torch"]
+
+
+def test_a_finished_cell_whose_policy_file_changed_since_is_reported_stale(tmp_path):
+    from experiments.runner import stale_inputs
+
+    policy, summary = tmp_path / "mlp.pt", tmp_path / "summary.json"
+    policy.write_text("v1")
+    summary.write_text("{}")
+    os.utime(policy, (1000, 1000))
+    os.utime(summary, (2000, 2000))
+    params = {"inner": "learned", "inner_params": {"policy": str(policy), "threshold": 0.9}, "tags": ["x"]}
+    assert stale_inputs(params, summary) == []  # the cell ran after the file was written
+    os.utime(policy, (3000, 3000))  # retrained since
+    assert stale_inputs(params, summary) == [str(policy)]
+    assert stale_inputs({"policy": str(tmp_path / "missing.pt")}, summary) == []
 
 
 def test_a_metric_added_later_is_computed_from_the_stored_samples(tmp_path, monkeypatch):
