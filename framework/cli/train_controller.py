@@ -71,6 +71,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--rl-no-std", action="store_true",
                    help="RL: advantage R − group mean, not divided by the group's std (GRPO's division gives "
                         "tiny NFE differences among all-correct rollouts the weight of a right/wrong difference)")
+    p.add_argument("--rl-verify", type=float, default=None, metavar="TAU2",
+                   help="RL: roll the sampled policy out inside 'verified' (WINO's hidden-slot check at τ₂ = "
+                        "TAU2), so commits that fail it return to the mask; calibration and the test decode then "
+                        "use 'verified' too, and so should you (default: off)")
     p.add_argument("--no-resume", action="store_true", help="RL: start afresh even if a checkpoint exists")
     p.add_argument("--n-train", type=int, default=256, help="train-split prompts to roll out (default: 256)")
     p.add_argument("--n-val", type=int, default=64, help="validation prompts (default: 64)")
@@ -128,6 +132,10 @@ def run(args: argparse.Namespace) -> int:
     if args.method == "rl" and not (0.0 < args.rl_threshold < 1.0 and args.rl_temperature > 0):
         raise CLIError(f"--rl-threshold={args.rl_threshold} must be strictly between 0 and 1 and "
                        f"--rl-temperature={args.rl_temperature} > 0")
+    if args.rl_verify is not None and not 0.0 <= args.rl_verify <= 1.0:
+        raise CLIError(f"--rl-verify={args.rl_verify}; allowed: 0 to 1 (τ₂ of WINO's hidden-slot check)")
+    if args.rl_verify is not None and args.method != "rl":
+        raise CLIError(f"--rl-verify={args.rl_verify} has no effect with --method {args.method}; it needs --method rl")
     if not args.neg_weight > 0:
         raise CLIError(f"--neg-weight={args.neg_weight}; allowed: a number > 0")
     if not 0.0 <= args.dagger_threshold <= 1.0:
@@ -138,7 +146,8 @@ def run(args: argparse.Namespace) -> int:
         dagger_threshold=args.dagger_threshold, window_arch={"d_model": d, "layers": layers, "heads": heads},
         rl={"iterations": args.rl_iterations, "prompts": args.rl_prompts, "group": args.rl_group,
             "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr, "resume": not args.no_resume,
-            "threshold": args.rl_threshold, "temperature": args.rl_temperature, "normalise": not args.rl_no_std},
+            "threshold": args.rl_threshold, "temperature": args.rl_temperature, "normalise": not args.rl_no_std,
+            "verify_threshold": args.rl_verify},
         n_train=args.n_train, n_val=args.n_val,
         n_test=args.n_test, hidden=hidden, max_epochs=args.max_epochs, patience=args.patience, lr=args.lr,
         batch_size=args.batch_size, seed=args.seed, wandb_mode=args.wandb, calibrate=not args.no_calibrate,

@@ -32,6 +32,7 @@ from framework.learning.rollouts import RolloutDataset, build_dataset
 from framework.learning.train import (
     DEFAULT_THRESHOLDS,
     calibrate_threshold,
+    policy_controller,
     policy_metrics,
     train_logreg,
     train_net,
@@ -175,13 +176,14 @@ def train_policy(
             training[kind]["rl"] = {**info, "seconds": round(time.perf_counter() - t1, 1)}
     calibration: dict[str, Any] = {}
     reference = None
+    verify = (rl or {}).get("verify_threshold") if method == "rl" else None  # decoded inside `verified`
     for kind in policies:
         threshold = dagger_threshold
         if calibrate:
             say(f"calibrating the {kind} policy's threshold on {n_val} validation prompts ...")
             cal = calibrate_threshold(loaded, task_obj, CONTROLLER_OF[kind], paths[kind], config, n=n_val,
                                       thresholds=thresholds, max_drop=max_drop, batch_size=decode_batch_size,
-                                      reference=reference)
+                                      reference=reference, verify_threshold=verify)
             reference = cal["reference"]
             calibration[kind] = cal
             threshold = cal["threshold"]
@@ -190,11 +192,12 @@ def train_policy(
     metrics = {kind: policy_metrics(nets[kind], val, load_policy(paths[kind]).threshold, kind) for kind in policies}
     test: dict[str, Any] = {}
     if n_test:
-        runs = [("sequential", "sequential", {})] + [(CONTROLLER_OF[k], CONTROLLER_OF[k], {"policy": str(paths[k])})
-                                                     for k in policies]
-        for label_, name, params in runs:
-            test[label_] = evaluate(loaded, task_obj, build_controller(name, **params), config, split="test",
-                                    n=n_test, batch_size=decode_batch_size).row()
+        runs = [("sequential", build_controller("sequential"))] + [
+            (CONTROLLER_OF[k] if verify is None else f"verified {CONTROLLER_OF[k]}",
+             policy_controller(CONTROLLER_OF[k], paths[k], verify_threshold=verify)) for k in policies]
+        for label_, ctrl in runs:
+            test[label_] = evaluate(loaded, task_obj, ctrl, config, split="test", n=n_test,
+                                    batch_size=decode_batch_size).row()
     training["seconds"] = round(time.perf_counter() - t0, 1)
     result = PolicyResult(paths=paths, out_dir=out, method=method, dataset=dataset, metrics=metrics,
                           calibration=calibration, test=test, training=training, rounds=rounds_log)

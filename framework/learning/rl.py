@@ -19,12 +19,17 @@ A_j = R_j − mean_g(R) (divided by std_g(R) + 1e-6 with ``normalise``, as GRPO 
 fresh prompts and rollouts with the current policy (when its training data is first read), logs
 reward, accuracy and NFE to CSV and W&B (offline by default), and checkpoints (``last.ckpt``), so
 an interrupted run resumes where it stopped.
+
+**With verification** (``verify_threshold`` τ₂): the rollouts run the sampled policy inside
+``verified`` (WINO's hidden-slot check), so earlier commits that fail τ₂ return to the mask. The
+actions are still the policy's Bernoulli draws; the re-masks are part of the environment. A
+policy trained so is meant to be decoded inside ``verified`` at the same τ₂.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import nn
@@ -50,7 +55,7 @@ def reward(correct: torch.Tensor, nfe: torch.Tensor, gen_length: int, lam: float
 
 def check_rl_options(iterations: int = 20, prompts: int = 16, group: int = 4, lam: float = 0.5,
                      reward_form: str = "additive", threshold: float = 0.99, temperature: float = 1.0,
-                     **_: Any) -> None:
+                     verify_threshold: Optional[float] = None, **_: Any) -> None:
     """Refuse bad RL settings before any work (``rl_finetune``'s keywords; others are ignored)."""
     for name, v, low in (("iterations", iterations, 1), ("prompts", prompts, 1), ("group", group, 2)):
         if int(v) < low:
@@ -60,6 +65,8 @@ def check_rl_options(iterations: int = 20, prompts: int = 16, group: int = 4, la
     if not (0.0 < threshold < 1.0 and temperature > 0):
         raise ValueError(f"rl threshold={threshold} (allowed: strictly between 0 and 1) or temperature="
                          f"{temperature} (allowed: > 0)")
+    if verify_threshold is not None and not 0.0 <= verify_threshold <= 1.0:
+        raise ValueError(f"rl verify_threshold={verify_threshold}; allowed: 0 to 1 (τ₂ of WINO's check), or none")
 
 
 def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, normalise: bool = True) -> torch.Tensor:

@@ -80,7 +80,7 @@ def _rl_module_class() -> type:
 def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config: DecodeConfig, *,
                 out_dir: "str | os.PathLike", iterations: int = 20, prompts: int = 16, group: int = 4,
                 lam: float = 0.5, reward_form: str = "additive", normalise: bool = True, lr: float = 1e-3,
-                threshold: float = 0.99, temperature: float = 1.0,
+                threshold: float = 0.99, temperature: float = 1.0, verify_threshold: Optional[float] = None,
                 minibatch: int = 4096, seed: int = 0, data_seed: int = 0, wandb_mode: str = "offline",
                 resume: bool = True, verbose: bool = True, decode_batch_size: int = 64) -> tuple[Any, dict]:
     """Fine-tune the policy in ``init_policy`` with REINFORCE; returns the network and run info."""
@@ -93,7 +93,7 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
     from framework.engine.evaluate import item_seeds
     from framework.engine.loop import decode
 
-    check_rl_options(iterations, prompts, group, lam, reward_form, threshold, temperature)
+    check_rl_options(iterations, prompts, group, lam, reward_form, threshold, temperature, verify_threshold)
     start = load_policy(init_policy)
     kind = start.kind
     out = Path(out_dir) / "rl"
@@ -123,8 +123,12 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
         parts, correct, nfe, groups = [], [], [], []
         for s in range(0, len(jobs), decode_batch_size):
             chunk = jobs[s:s + decode_batch_size]
-            rec = ActionRecorder(build_controller(CONTROLLER_OF[kind], policy=str(current), sample=True,
-                                                  threshold=threshold, sample_temperature=temperature), G)
+            sampled = {"policy": str(current), "sample": True, "threshold": threshold,
+                       "sample_temperature": temperature}
+            ctrl = (build_controller(CONTROLLER_OF[kind], **sampled) if verify_threshold is None else
+                    build_controller("verified", inner=CONTROLLER_OF[kind], inner_params=sampled,
+                                     verify_threshold=verify_threshold))
+            rec = ActionRecorder(ctrl, G)
             res = decode(loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, config,
                          seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], seed))
             parts.append(rec.dataset())

@@ -65,6 +65,11 @@ class StepRecorder:
         self.inner, self.gen_length = inner, gen_length
         self.records: list[tuple[torch.Tensor, ...]] = []
 
+    @property
+    def verifies(self) -> bool:
+        """The loop gives hidden-slot probabilities to a recorded controller that asks for them."""
+        return bool(getattr(self.inner, "verifies", False))
+
     def reset(self, state: DecodeState) -> None:
         self.inner.reset(state)
         state.memory[self.ROW_KEY] = torch.arange(state.batch_size, device=state.seeds.device)

@@ -289,11 +289,21 @@ def policy_metrics(net: nn.Module, data: RolloutDataset, threshold: float, kind:
 
 
 # ---------------------------------------------------------------------- calibration and the run
+def policy_controller(controller: str, policy: "str | os.PathLike", threshold: Optional[float] = None,
+                      verify_threshold: Optional[float] = None) -> Any:
+    """The learned controller over ``policy``; inside ``verified`` at τ₂ = ``verify_threshold`` if given."""
+    params = {"policy": str(policy), **({} if threshold is None else {"threshold": float(threshold)})}
+    if verify_threshold is None:
+        return build_controller(controller, **params)
+    return build_controller("verified", inner=controller, inner_params=params, verify_threshold=verify_threshold)
+
+
 def calibrate_threshold(loaded: Any, task: Any, controller: str, policy: "str | os.PathLike",
                         config: DecodeConfig, *, n: int = 64, thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
                         max_drop: float = 0.01, batch_size: int = 64, data_seed: int = 0,
-                        reference: Optional[dict] = None) -> dict[str, Any]:
-    """Decode ``n`` validation examples at each threshold; pick the tuning rule's point."""
+                        reference: Optional[dict] = None, verify_threshold: Optional[float] = None) -> dict[str, Any]:
+    """Decode ``n`` validation examples at each threshold; pick the tuning rule's point (inside
+    ``verified`` when ``verify_threshold`` is given, as the policy will be decoded)."""
     from framework.tuning.front import choose_index
     from framework.tuning.objective import REFERENCE, _figures, score_examples
 
@@ -303,7 +313,7 @@ def calibrate_threshold(loaded: Any, task: Any, controller: str, policy: "str | 
         reference = _figures(c, m, config.gen_length)
     sweep = []
     for thr in thresholds:
-        ctrl = build_controller(controller, policy=str(policy), threshold=float(thr))
+        ctrl = policy_controller(controller, policy, thr, verify_threshold)
         c, m = score_examples(loaded, task, ctrl, config, examples, batch_size)
         sweep.append({"threshold": float(thr), **_figures(c, m, config.gen_length)})
     i, met = choose_index([(s["accuracy"], s["nfe"]) for s in sweep], reference["accuracy"], max_drop)

@@ -189,6 +189,8 @@ def test_windows_group_rows_by_sample_and_step():
     (["--method", "rl", "--rl-group", "1"], "--rl-group=1 ≥ 2"),
     (["--window-arch", "30,2,4"], "D a multiple of HEADS"),
     (["--dagger-threshold", "1.5"], "--dagger-threshold=1.5; allowed: 0 to 1"),
+    (["--method", "rl", "--rl-verify", "1.5"], "--rl-verify=1.5; allowed: 0 to 1"),
+    (["--method", "dagger", "--rl-verify", "0.9"], "has no effect with --method dagger; it needs --method rl"),
 ])
 def test_bad_values_fail_before_any_work(argv, message, monkeypatch):
     import framework.training.zoo
@@ -257,6 +259,30 @@ def test_rl_fine_tune_logs_checkpoints_and_resumes(tmp_path, monkeypatch):
           "--rl-group", "2", "--no-calibrate"], monkeypatch)
     rl = json.loads((out / "summary.json").read_text())["training"]["mlp"]["rl"]
     assert [h["epoch"] for h in rl["history"]] == [2] and rl["resumed"]
+
+
+def test_rl_with_verification_rolls_out_inside_verified_and_decodes_so(tmp_path, monkeypatch):
+    import json
+
+    import framework.learning.rl as rl_mod
+
+    seen = []
+    real = rl_mod.ActionRecorder.__init__
+
+    def spy(self, inner, gen_length):
+        seen.append((inner.display_name(), bool(getattr(inner, "verifies", False))))
+        real(self, inner, gen_length)
+
+    monkeypatch.setattr(rl_mod.ActionRecorder, "__init__", spy)
+    out = tmp_path / "v"
+    _cli(["--out", str(out), "--method", "rl", "--policy", "mlp", "--rl-iterations", "1", "--rl-prompts", "4",
+          "--rl-group", "2", "--rl-verify", "0.9", "--n-test", "8"], monkeypatch)
+    assert seen and all(s == ("verified", True) for s in seen)  # every rollout batch, with verification
+    rec = rl_mod.ActionRecorder(build_controller("verified", inner="fast_dllm"), 4)
+    assert rec.verifies  # the loop sees through the recorder and computes the hidden-slot probabilities
+    s = json.loads((out / "summary.json").read_text())
+    assert set(s["test"]) == {"sequential", "verified learned"}  # the test decode wraps the policy the same way
+    assert s["calibration"]["mlp"]["sweep"]  # and so does the calibration
 
 
 def test_sampled_commits_centre_on_the_threshold_rule():
@@ -331,3 +357,5 @@ def test_bad_rl_settings_fail_before_the_imitation_rollouts():
         train_policy("addition", loaded=NoModel(), method="rl", rl={"group": 1})
     with pytest.raises(ValueError, match="rl threshold=1.0"):
         train_policy("addition", loaded=NoModel(), method="rl", rl={"threshold": 1.0})
+    with pytest.raises(ValueError, match="rl verify_threshold=2; allowed: 0 to 1"):
+        train_policy("addition", loaded=NoModel(), method="rl", rl={"verify_threshold": 2})
