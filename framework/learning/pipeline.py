@@ -54,6 +54,8 @@ class PolicyResult:
     test: dict
     training: dict
     rounds: list = field(default_factory=list)
+    #: τ₂ of ``verified`` when the policy was trained and calibrated inside it (``--rl-verify``)
+    verify_threshold: Optional[float] = None
 
     @property
     def mlp_path(self) -> Optional[Path]:
@@ -200,7 +202,8 @@ def train_policy(
                                     batch_size=decode_batch_size).row()
     training["seconds"] = round(time.perf_counter() - t0, 1)
     result = PolicyResult(paths=paths, out_dir=out, method=method, dataset=dataset, metrics=metrics,
-                          calibration=calibration, test=test, training=training, rounds=rounds_log)
+                          calibration=calibration, test=test, training=training, rounds=rounds_log,
+                          verify_threshold=verify)
     (out / "summary.json").write_text(json.dumps(result.summary(), indent=2, default=str))
     if verbose:
         print(report(result))
@@ -251,6 +254,9 @@ def report(result: PolicyResult) -> str:
             lines.append(f"{label:<16} {row['accuracy']:>6.3f} {row['nfe']:>7.2f} {row['tpf']:>8.2f}")
     lines.append("")
     for kind, path in result.paths.items():
-        lines.append(f"policy {kind}: {path}  (--controller {CONTROLLER_OF[kind]} --set policy={path})")
+        use = (f"--controller {CONTROLLER_OF[kind]} --set policy={path}" if result.verify_threshold is None else
+               f"--controller verified --set inner={CONTROLLER_OF[kind]} --set inner_params='{{policy: {path}}}' "
+               f"--set verify_threshold={result.verify_threshold:g}")
+        lines.append(f"policy {kind}: {path}  ({use})")
     lines.append(f"training: {result.training.get('seconds')} s in all; logs under {result.out_dir}/lightning")
     return "\n".join(lines)

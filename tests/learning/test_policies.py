@@ -283,6 +283,7 @@ def test_rl_with_verification_rolls_out_inside_verified_and_decodes_so(tmp_path,
     s = json.loads((out / "summary.json").read_text())
     assert set(s["test"]) == {"sequential", "verified learned"}  # the test decode wraps the policy the same way
     assert s["calibration"]["mlp"]["sweep"]  # and so does the calibration
+    assert s["verify_threshold"] == 0.9
 
 
 def test_sampled_commits_centre_on_the_threshold_rule():
