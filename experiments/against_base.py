@@ -4,7 +4,10 @@ A **variant** curve is compared with its **base** curve on the same task:
 
 * a curve labelled ``"X + …"`` (``margin_topk + lookahead``) has base ``X`` when that is a curve of
   the task; a temperature label keeps its suffix (``margin_topk (T=1) + lookahead`` → ``margin_topk (T=1)``);
-* a curve of a revocable controller (``wino``, ``remdm``: ``Controller.revocable``) has base
+* a curve of a revocable wrapper (``verified``: parameters ``inner`` and ``inner_params``) has as
+  base the task's curve of that inner controller with the same inner parameters and decoding
+  options (the swept knob aside): the same drafter without re-masking; none if the task has none;
+* a curve of another revocable controller (``wino``, ``remdm``: ``Controller.revocable``) has base
   ``fast_dllm`` with the same suffix (``wino (T=1)`` → ``fast_dllm (T=1)``): without re-masking both
   are Fast-dLLM's threshold rule.
 
@@ -42,17 +45,38 @@ def _revocable(controller: Optional[str]) -> bool:
         return False
 
 
-def base_of(curve: str, controller: Optional[str], curves: set[str]) -> Optional[str]:
-    """The base curve of ``curve`` among ``curves`` (see the module doc), or ``None``."""
+def base_of(curve: str, controller: Optional[str], curves: set[str], row: Optional[dict] = None,
+            by_curve: Optional[dict[str, list[dict]]] = None) -> Optional[str]:
+    """The base curve of ``curve`` among ``curves`` (see the module doc), or ``None``; ``row`` (one of
+    the curve's rows) and ``by_curve`` (every curve's rows) find a wrapper's inner curve."""
     if " + " in curve:
         head = curve.split(" + ", 1)[0]
         if head in curves and head != curve:
             return head
+    params = (row or {}).get("params") or {}
+    if isinstance(params, dict) and "inner" in params and _revocable(controller):
+        return _inner_curve(curve, row or {}, by_curve or {})
     if _revocable(controller):
         m = _SUFFIX.match(curve.split(" + ", 1)[0])
         base = "fast_dllm" + ((m.group("suffix") or "") if m else "")
         if base in curves:
             return base
+    return None
+
+
+def _inner_curve(curve: str, row: dict, by_curve: dict[str, list[dict]]) -> Optional[str]:
+    """The curve whose controller is ``row``'s inner one, with the same inner parameters and decoding."""
+    params = row["params"]
+    inner, inner_params = params["inner"], dict(params.get("inner_params") or {})
+    swept = {k.split(".", 1)[1] for k in (row.get("sweep") or {}) if k.startswith("inner_params.")}
+    for other, rows in by_curve.items():
+        r = rows[0]
+        if other == curve or r.get("controller") != inner or (r.get("decode") or {}) != (row.get("decode") or {}):
+            continue
+        ignore = swept | set(r.get("sweep") or {})
+        if ({k: v for k, v in (r.get("params") or {}).items() if k not in ignore}
+                == {k: v for k, v in inner_params.items() if k not in ignore}):
+            return other
     return None
 
 
@@ -75,7 +99,7 @@ def compare(rows: Sequence[dict], aups: Optional[dict] = None) -> dict[str, Any]
         by_curve.setdefault(r["curve"], []).append(r)
     points = []
     for curve, pts in by_curve.items():
-        base = base_of(curve, pts[0].get("controller"), curves)
+        base = base_of(curve, pts[0].get("controller"), curves, pts[0], by_curve)
         looks = any(p.get("lookahead") for p in pts)
         if base is None or not (looks or _revocable(pts[0].get("controller"))):
             continue  # e.g. "fast_dllm + eos_fill": a variant, but neither lookahead nor revocable

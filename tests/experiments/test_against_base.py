@@ -53,6 +53,25 @@ def test_points_are_matched_without_interpolation_and_targets_judged():
     assert "a gain on 1 of 1 task(s): a" in line and "below its base at equal NFE on 1: a" in line
 
 
+def test_a_verified_wrapper_is_compared_with_its_own_drafter():
+    pol = {"policy": "p.pt"}
+    learned = [dict(row("learned", f"l ({t})", a, n, "learned"), params={**pol, "threshold": t}, sweep={"threshold": t})
+               for t, a, n in [(0.99, 0.70, 20.0), (0.9, 0.40, 8.0)]]
+    other = [dict(row("learned other", "o (0.9)", 0.9, 30.0, "learned"), params={"policy": "q.pt", "threshold": 0.9},
+                  sweep={"threshold": 0.9})]
+    fast = [row("fast_dllm", "f (0.9)", 0.95, 5.0, "fast_dllm")]
+    wrapped = [dict(row("verified learned", f"v ({t})", a, n, "verified"),
+                    params={"inner": "learned", "inner_params": {**pol, "threshold": t}, "verify_threshold": 0.98},
+                    sweep={"inner_params.threshold": t}) for t, a, n in [(0.9, 0.55, 8.5)]]
+    orphan = [dict(row("verified other", "v2", 0.5, 9.0, "verified"),
+                   params={"inner": "learned", "inner_params": {"policy": "r.pt", "threshold": 0.9}})]
+    out = compare(learned + other + fast + wrapped + orphan)
+    by = {q["variant"]: q for q in out["points"]}
+    assert set(by) == {"v (0.9)"}  # its own drafter's curve; none for a drafter the task did not run
+    assert by["v (0.9)"]["base"] == "learned" and by["v (0.9)"]["base_at_nfe"] == "l (0.9)"
+    assert abs(by["v (0.9)"]["delta_points"] - 15.0) < 1e-9 and by["v (0.9)"]["kind"] == "revocable"
+
+
 def test_a_task_without_variants_has_no_section():
     out = compare([row("margin_topk", "m", 0.7, 10.0)])
     assert out["points"] == [] and compare_markdown("t", out) == []

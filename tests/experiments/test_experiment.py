@@ -108,7 +108,7 @@ def test_missing_tuned_file_is_an_error_or_a_skip_with_its_prepare_command(tmp_p
     assert "skipping strategies[1]" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["smoke", "smoke_benchmark", "benchmark", "transfer", "verified", "llada_multigpu"])
+@pytest.mark.parametrize("name", ["smoke", "smoke_benchmark", "benchmark", "transfer", "verified", "verified_confirm", "llada_multigpu"])
 def test_shipped_experiments_validate(name, tmp_path):
     overrides = {"on_missing": "skip"}
     if name == "llada_multigpu":  # the real checkpoint is not in this machine's cache: a folder stands in
