@@ -39,7 +39,7 @@ from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
 
 
-class _Wrapper(Controller):
+class Wrapper(Controller):
     """A controller around ``inner`` (built from ``inner`` + ``inner_params`` at validation)."""
 
     def check_combination(self) -> None:
@@ -117,7 +117,7 @@ def one_per_span(commit: torch.Tensor, spans: torch.Tensor, score: torch.Tensor)
 
 
 @CONTROLLERS.register("number_guard", aliases=("span_guard",))
-class NumberGuard(_Wrapper):
+class NumberGuard(Wrapper):
     """Number guard: positions inside numbers (or marked spans) are committed one at a time per span."""
 
     kind = "heuristic"
@@ -208,7 +208,7 @@ class NumberGuard(_Wrapper):
 
 
 @CONTROLLERS.register("compliance_entropy")
-class ComplianceEntropy(_Wrapper):
+class ComplianceEntropy(Wrapper):
     """Compliance entropy: H' = H + λ·π (π = 1 inside a predicted violation) for the wrapped controller."""
 
     kind = "heuristic"

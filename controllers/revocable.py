@@ -39,7 +39,7 @@ from framework.core.rng import uniform_at
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.selection import rank_within, select_topk
-from controllers.guards import _Wrapper
+from controllers.guards import Wrapper
 
 REMDM_SALT = 0x2E3D
 
@@ -104,7 +104,7 @@ class Wino(Controller):
 
 
 @CONTROLLERS.register("verified", aliases=("verify_guard",))
-class Verified(_Wrapper):
+class Verified(Wrapper):
     """WINO's narrow-out around any controller: it drafts, drafts failing the hidden-slot check τ₂ return."""
 
     kind = "heuristic"

@@ -11,12 +11,14 @@ expands, in the order given, to ``fast_dllm (threshold=0.5)``, ``fast_dllm (thre
 entry's own label (``label:``, or the default built from controller, params and lookahead). The
 swept key names a parameter of the controller (``params``; ``steps_per_token`` for the LLaDA and
 Dream families) or a decoding option (``decode``: ``block_length``, ``cache_refresh``, ...); a
-controller parameter wins if a name were both. A dotted key reaches inside a mapping parameter:
-``{inner_params.threshold: [0.99, 0.9]}`` sweeps the wrapped controller's threshold of a wrapper
-(``verified``, ``number_guard``); the label names the leaf (``(threshold=0.99)``), and the value is
-checked when the file is read, by building the cell's controller for each task. Each value is validated as if it were written in
+controller parameter wins if a name were both. Each value is validated as if it were written in
 ``params`` / ``decode``, the key may not also be set there, and values may not repeat. Every value
 is its own cell (the cell hash covers the value), so a run resumes point by point.
+
+A dotted key reaches inside a mapping parameter: ``{inner_params.threshold: [0.99, 0.9]}`` sweeps
+the threshold of a wrapper's inner controller (``verified``, ``number_guard``); the label names the
+leaf (``(threshold=0.99)``), and the value is checked when the file is read, by building the cell's
+controller for each task.
 """
 
 from __future__ import annotations
