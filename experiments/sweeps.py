@@ -28,7 +28,7 @@ import json
 from typing import Any, Optional
 
 from experiments.spec import StrategySpec, _known
-from framework.core.params import ParameterError
+from framework.core.params import ParameterError, with_value
 
 EXAMPLE = "{threshold: [0.5, 0.7, 0.9]}"
 
@@ -133,10 +133,3 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], wh
         decode={**spec.decode, key: v} if target == "decode" else dict(spec.decode))
         for j, v in enumerate(values)]
 
-
-def with_value(params: dict, key: str, value: Any) -> dict:
-    """``params`` with ``key`` set to ``value``; a dotted key sets a leaf inside a mapping parameter."""
-    if "." not in key:
-        return {**params, key: value}
-    head, leaf = key.split(".", 1)
-    return {**params, head: with_value(dict(params.get(head) or {}), leaf, value)}

@@ -232,3 +232,19 @@ def parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
         key, _, value = pair.partition("=")
         out[key.strip()] = coerce_literal(value.strip())
     return out
+
+
+def with_value(params: dict, key: str, value: Any) -> dict:
+    """``params`` with ``key`` set to ``value``; a dotted key (``inner_params.threshold``) sets a leaf
+    inside a mapping parameter, creating the mapping if needed; ``params`` itself is not changed."""
+    if "." not in key:
+        return {**params, key: value}
+    head, leaf = key.split(".", 1)
+    return {**params, head: with_value(dict(params.get(head) or {}), leaf, value)}
+
+
+def with_values(params: dict, values: dict) -> dict:
+    """``params`` with every ``key: value`` of ``values`` set by :func:`with_value`."""
+    for key, value in values.items():
+        params = with_value(params, key, value)
+    return params

@@ -13,7 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.core.params import ParameterError
+from framework.core.params import ParameterError, with_values
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import CONTROLLERS, Controller
@@ -101,7 +101,7 @@ def make_objective(settings: TuneSettings, loaded: LoadedModel, task: Any, confi
     chunk, rest = examples[: settings.n_chunk], examples[settings.n_chunk:]
 
     def objective(trial: Any) -> tuple[float, float]:
-        params = {**settings.fixed, **suggest(trial, space)}
+        params = with_values(dict(settings.fixed), suggest(trial, space))  # dotted names: a wrapper's inner
         trial.set_user_attr("worker", f"{worker}:{os.getpid()}")
         try:
             ctrl = cls.build(**params)

@@ -11,9 +11,26 @@ from framework.engine.controller import Controller
 
 
 # ---------------------------------------------------------------------- search space
+def inner_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None) -> dict[str, Param]:
+    """A wrapper's (``inner`` + ``inner_params``) inner controller's search space, as dotted names
+    (``inner_params.threshold``), minus the inner parameters ``fixed`` sets; empty for other controllers."""
+    if "inner" not in cls.params or "inner_params" not in cls.params:
+        return {}
+    from framework.engine.controller import CONTROLLERS
+
+    fixed = fixed or {}
+    name = fixed.get("inner", inspect.signature(cls.__init__).parameters["inner"].default)
+    if not isinstance(name, str) or name not in CONTROLLERS or str(name).startswith("tuned:"):
+        return {}  # an unknown inner controller fails with its own message when the wrapper is built
+    held = fixed.get("inner_params") or {}
+    return {f"inner_params.{k}": p for k, p in CONTROLLERS.get(name).search_space().items() if k not in held}
+
+
 def tuned_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None) -> dict[str, Param]:
-    """``cls.search_space()`` minus the fixed parameters; an empty space is an error."""
+    """``cls.search_space()`` minus the fixed parameters, with a wrapper's inner space (dotted names);
+    an empty space is an error."""
     space = {k: p for k, p in cls.search_space().items() if k not in (fixed or {})}
+    space.update(inner_space(cls, fixed))
     if not space:
         declared = ", ".join(cls.search_space()) or "none"
         raise ParameterError(
@@ -50,6 +67,8 @@ def default_point(cls: type[Controller], space: dict[str, Param]) -> Optional[di
     sig = inspect.signature(cls.__init__)
     point: dict[str, Any] = {}
     for name, spec in space.items():
+        if "." in name:  # an inner controller's parameter: no default of the wrapper's own
+            return None
         p = sig.parameters.get(name)
         if p is None or p.default is inspect.Parameter.empty:
             return None

@@ -102,6 +102,24 @@ def test_study_writes_resumes_and_exports(mode, tmp_path):
     assert more.test["nfe"] <= more.reference_test["nfe"]
 
 
+def test_a_wrapper_is_tuned_together_with_its_inner_controller(tmp_path):
+    import controllers  # noqa: F401  (registers verified)
+    from framework.tuning.space import tuned_space
+
+    cls = build_controller("verified").__class__
+    assert set(tuned_space(cls)) == {"verify_threshold", "inner_params.threshold"}  # the default inner: fast_dllm
+    held = tuned_space(cls, {"inner": "margin_topk", "inner_params": {"k": 2}})
+    assert "inner_params.eta" in held and "inner_params.k" not in held  # a held inner parameter leaves the space
+    res = tune_controller("verified", loaded=carry_model(), n_trials=4, n_val=16, n_test=16, batch_size=16,
+                          out_dir=tmp_path, storage="memory", study_name="w", seed=1, plot=False, verbose=False,
+                          fixed={"inner": "fast_dllm", "progress_guard": True}, **TASK)
+    ctrl = load_controller(res.path)
+    assert ctrl.display_name() == "verified" and ctrl.inner == "fast_dllm" and ctrl.progress_guard
+    tau1 = ctrl.inner_params["threshold"]
+    assert tau1 == res.params["inner_params"]["threshold"] and 0.5 <= tau1 <= 0.99  # the inner's own range
+    assert ctrl.inner_controller().threshold == tau1  # the exported file rebuilds the tuned inner controller
+
+
 def test_resume_refuses_a_different_setup(tmp_path):
     spec = f"sqlite:///{tmp_path / 'study.db'}"
     tune(tmp_path, spec, n_trials=1, n_test=0)
