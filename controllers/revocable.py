@@ -108,6 +108,7 @@ class Verified(Wrapper):
     """WINO's narrow-out around any controller: it drafts, drafts failing the hidden-slot check τ₂ return."""
 
     kind = "heuristic"
+    kind_from_inner = True  # experiments report it under its drafter's family (learned, baseline, ...)
     revocable = True
     verifies = True
     params = {

@@ -221,7 +221,7 @@ class Experiment:
         params = _substitute(dict(s.params), subst)
         lookahead = _substitute(dict(s.lookahead), subst) if s.lookahead else None
         decode = {**self.decode, **t.decode, **s.decode}
-        kind = s.kind or _controller_kind(controller)
+        kind = s.kind or _controller_kind(controller, params)
         metrics = _metric_list(t.metrics if t.metrics is not None else self.metrics)
         cell = Cell(index=index, task=t, strategy=s, seed=int(seed), model=model, controller=controller,
                     params=params, decode=decode, lookahead=lookahead, kind=kind,
@@ -260,15 +260,26 @@ def _model_label(model: Any) -> str:
     return Path(str(model)).name if os.sep in str(model) else str(model)
 
 
-def _controller_kind(name: str) -> str:
+def _controller_kind(name: str, params: Optional[dict] = None) -> str:
+    """The family a strategy's rows are reported under: the controller's ``kind``, or for a wrapper
+    that declares ``kind_from_inner`` (``verified``) its inner controller's (WINO's check around a
+    learned policy is learned, around Fast-dLLM a baseline)."""
     if name.startswith("tuned:"):
         return "tuned"
     from framework.engine.controller import CONTROLLERS
 
     try:
-        return str(getattr(CONTROLLERS.get(name), "kind", "heuristic"))
+        cls = CONTROLLERS.get(name)
     except Exception:  # noqa: BLE001 - validation reports the unknown name
         return "heuristic"
+    params = params if isinstance(params, dict) else {}
+    if getattr(cls, "kind_from_inner", False):
+        import inspect
+
+        inner = params.get("inner", inspect.signature(cls.__init__).parameters["inner"].default)
+        if isinstance(inner, str) and inner:
+            return _controller_kind(inner, params.get("inner_params"))
+    return str(getattr(cls, "kind", "heuristic"))
 
 
 def _metric_list(items: Any) -> list[tuple[str, dict]]:

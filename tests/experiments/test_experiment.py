@@ -196,6 +196,17 @@ def test_a_dotted_sweep_key_reaches_inside_a_wrappers_mapping_parameter():
         "strategies[0].sweep.inner_params.threshold[1]"]
 
 
+def test_a_verified_strategy_is_reported_under_its_drafters_family():
+    import controllers  # noqa: F401  (registers verified)
+
+    assert _controller_kind("verified") == "baseline"  # around fast_dllm, its default: WINO, a baseline
+    assert _controller_kind("verified", {"inner": "learned", "inner_params": {"policy": "p.pt"}}) == "learned"
+    assert _controller_kind("verified", {"inner": "margin_topk"}) == "heuristic"
+    assert _controller_kind("number_guard", {"inner": "learned"}) == "heuristic"  # a guard keeps its own family
+    exp = parse_experiment(two_strategy(strategies=[{"controller": "verified", "sweep": {"inner_params.threshold": [0.9]}}]))
+    assert {c.kind for c in exp.cells()} == {"baseline"}
+
+
 def test_sweep_validation_reports_every_bad_value_with_its_path():
     doc = two_strategy(strategies=[
         {"controller": "fast_dllm", "sweep": {"threshold": [0.5, -1, 0.5]}},
