@@ -63,7 +63,8 @@ def matched_points(rows: Sequence[dict], aups: Optional[dict] = None, tolerance:
     ``tolerance``. A target is ``{"value": ratio or None, "target", "met", "of", "over", "of_tpf",
     "over_tpf"}``. Without a table (``note`` says why) ``points`` is empty and ``targets`` ``{}``."""
     aups = aups or {}
-    out: dict[str, Any] = {"reference": None, "threshold": None, "note": None, "points": [], "targets": {}}
+    out: dict[str, Any] = {"reference": None, "threshold": None, "note": None, "points": [], "targets": {},
+                           "noise": None, "n_examples": None}
     ref = next((r for r in rows if r["kind"] == "reference" and r.get("quality") is not None), None)
     q = rows[0]["quality_metric"] if rows else "accuracy"
     if ref is None:
@@ -78,6 +79,7 @@ def matched_points(rows: Sequence[dict], aups: Optional[dict] = None, tolerance:
         return out
     threshold = ref["quality"] - tolerance
     out["reference"], out["threshold"] = ref["strategy"], threshold
+    out["noise"], out["n_examples"] = noise_points(ref["quality"], ref.get("n")), ref.get("n")
     points = []
     for curve, pts in curves.items():
         kind = pts[0]["kind"]
@@ -113,6 +115,14 @@ def matched_points(rows: Sequence[dict], aups: Optional[dict] = None, tolerance:
     return out
 
 
+def noise_points(p: float, n: Optional[int]) -> Optional[float]:
+    """Half-width in points of a 95% interval for an accuracy ``p`` measured on ``n`` examples
+    (normal approximation, 1.96·√(p(1 − p)/n)); ``None`` without ``n``."""
+    if not n or n <= 0:
+        return None
+    return 100.0 * 1.96 * math.sqrt(max(p * (1.0 - p), 0.0) / n)
+
+
 def both_met(matched: dict) -> bool:
     t = matched.get("targets") or {}
     return bool(t) and t["baseline_spread"]["met"] and t["oracle_room"]["met"]
@@ -120,6 +130,15 @@ def both_met(matched: dict) -> bool:
 
 def _mark(t: dict) -> str:
     return "✓" if t["met"] else "✗"
+
+
+def noise_sentence(half: Optional[float], n: Optional[int], quality: str = "accuracy") -> str:
+    """Why a 1-point match is fragile at this sample size ('' when the size is unknown)."""
+    if half is None or not n:
+        return ""
+    return (f" On {n} examples a cell's {quality} is known to about ±{half:.1f} points (95%, at the reference's value)"
+            + (", wider than the 1-point tolerance: a curve's matched point is partly its luckiest one; repeat "
+               "close comparisons on more examples." if half > 1.0 else "."))
 
 
 def _ratio_line(label: str, t: dict, target_text: str, missing: str) -> str:
@@ -136,7 +155,8 @@ def matched_markdown(name: str, matched: dict, quality_metric: str = "accuracy")
         return md + [matched["note"][0].upper() + matched["note"][1:] + ".", ""]
     qname = "accuracy" if quality_metric == "accuracy" else quality_metric
     md += [f"Each curve's most parallel point no more than 1 point below the reference ({matched['reference']}: "
-           f"{qname} ≥ {matched['threshold']:.3f}); tokens per forward compared at that point.", ""]
+           f"{qname} ≥ {matched['threshold']:.3f}); tokens per forward compared at that point."
+           + noise_sentence(matched.get("noise"), matched.get("n_examples"), qname), ""]
     head = ["curve", "kind", "matched point", qname, *([] if qname == "accuracy" else ["accuracy"]),
             "NFE", "tokens per forward", "AUP of the curve"]
     md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
