@@ -136,7 +136,8 @@ def noise_sentence(half: Optional[float], n: Optional[int], quality: str = "accu
     """Why a 1-point match is fragile at this sample size ('' when the size is unknown)."""
     if half is None or not n:
         return ""
-    return (f" On {n} examples a cell's {quality} is known to about ±{half:.1f} points (95%, at the reference's value)"
+    return (f" On {n} examples a cell's {quality} has a 95% interval of about ±{half:.1f} points at the reference's "
+            f"value (unpaired; two strategies on the same examples differ by less)"
             + (", wider than the 1-point tolerance: a curve's matched point is partly its luckiest one; repeat "
                "close comparisons on more examples." if half > 1.0 else "."))
 

@@ -86,7 +86,7 @@ def test_matched_points_and_targets_by_hand(tmp_path):
     # the sampling noise of a 1-point match: reference 0.90 on 50 examples, 1.96·√(0.9·0.1/50) = 8.3 points
     assert m["n_examples"] == 50 and m["noise"] == pytest.approx(100 * 1.96 * (0.9 * 0.1 / 50) ** 0.5)
     md = "\n".join(matched_markdown("sudoku", m))
-    assert "On 50 examples a cell's accuracy is known to about ±8.3 points (95%" in md
+    assert "On 50 examples a cell's accuracy has a 95% interval of about ±8.3 points" in md
     assert "partly its luckiest one" in md
 
 
@@ -137,9 +137,10 @@ def test_report_renders_the_matched_tables_and_the_headline_count(tmp_path):
     section = sudoku[sudoku.index("### sudoku: matched accuracy"):]
     expected = [
         "Each curve's most parallel point no more than 1 point below the reference (sequential: accuracy ≥ 0.890); "
-        "tokens per forward compared at that point. On 50 examples a cell's accuracy is known to about ±8.3 points "
-        "(95%, at the reference's value), wider than the 1-point tolerance: a curve's matched point is partly its "
-        "luckiest one; repeat close comparisons on more examples.",
+        "tokens per forward compared at that point. On 50 examples a cell's accuracy has a 95% interval of about "
+        "±8.3 points at the reference's value (unpaired; two strategies on the same examples differ by less), wider "
+        "than the 1-point tolerance: a curve's matched point is partly its luckiest one; repeat close comparisons "
+        "on more examples.",
         "",
         "| curve | kind | matched point | accuracy | NFE | tokens per forward | AUP of the curve |",
         "|---|---|---|---|---|---|---|",
