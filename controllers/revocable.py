@@ -54,6 +54,18 @@ def least_first(score: torch.Tensor, candidates: torch.Tensor, limit: torch.Tens
     return candidates & (rank_within(-score.float(), candidates) < limit[:, None])
 
 
+#: the narrow-out's knobs, shared by ``wino`` and ``verified`` (see :func:`narrow_out`)
+NARROW_OUT_PARAMS = {
+    "verify_threshold": Param(float, low=0.0, high=1.0,
+                              doc="τ₂: re-mask drafts whose probability with their slot hidden is < τ₂",
+                              tune=(0.5, 0.99)),
+    "progress_guard": Param(bool, doc="re-mask at most (commits this step − 1) per step"),
+    "rival_margin": Param(float, low=0.0, high=1.0, nullable=True,
+                          doc="also require another token to beat the draft by more than this with its slot "
+                              "hidden (keeps one of several equally likely modes); null: WINO's rule"),
+}
+
+
 def narrow_out(f: StepFeatures, commit: torch.Tensor, verify_threshold: float, rival_margin: "float | None",
                progress_guard: bool) -> torch.Tensor:
     """WINO's narrow-out: earlier drafts whose hidden-slot probability is < τ₂, the least verified first.
@@ -81,13 +93,7 @@ class Wino(Controller):
     params = {
         "draft_threshold": Param(float, low=0.0, high=1.0, doc="τ₁: draft masked positions with confidence ≥ τ₁",
                                  tune=(0.3, 0.9)),
-        "verify_threshold": Param(float, low=0.0, high=1.0,
-                                  doc="τ₂: re-mask drafts whose probability with their slot hidden is < τ₂",
-                                  tune=(0.5, 0.99)),
-        "progress_guard": Param(bool, doc="re-mask at most (commits this step − 1) per step"),
-        "rival_margin": Param(float, low=0.0, high=1.0, nullable=True,
-                              doc="also require another token to beat the draft by more than this with its slot "
-                                  "hidden (keeps one of several equally likely modes); null: WINO's rule"),
+        **NARROW_OUT_PARAMS,
     }
 
     def __init__(self, draft_threshold: float = 0.7, verify_threshold: float = 0.9,
@@ -114,13 +120,7 @@ class Verified(Wrapper):
     params = {
         "inner": Param(str, doc="the drafting controller (a registered name)"),
         "inner_params": Param(dict, nullable=True, doc="parameters of the drafting controller"),
-        "verify_threshold": Param(float, low=0.0, high=1.0,
-                                  doc="τ₂: re-mask drafts whose probability with their slot hidden is < τ₂",
-                                  tune=(0.5, 0.99)),
-        "progress_guard": Param(bool, doc="re-mask at most (commits this step − 1) per step"),
-        "rival_margin": Param(float, low=0.0, high=1.0, nullable=True,
-                              doc="also require another token to beat the draft by more than this with its slot "
-                                  "hidden; null: WINO's rule"),
+        **NARROW_OUT_PARAMS,
     }
 
     def __init__(self, inner: str = "fast_dllm", inner_params: Optional[dict] = None, verify_threshold: float = 0.9,
