@@ -74,6 +74,7 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib
+import inspect
 import json
 import os
 import re
@@ -274,8 +275,6 @@ def _controller_kind(name: str, params: Optional[dict] = None) -> str:
         return "heuristic"
     params = params if isinstance(params, dict) else {}
     if getattr(cls, "kind_from_inner", False):
-        import inspect
-
         inner = params.get("inner", inspect.signature(cls.__init__).parameters["inner"].default)
         if isinstance(inner, str) and inner:
             return _controller_kind(inner, params.get("inner_params"))
