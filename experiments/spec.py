@@ -74,7 +74,6 @@ from __future__ import annotations
 import difflib
 import hashlib
 import importlib
-import inspect
 import json
 import os
 import re
@@ -275,7 +274,7 @@ def _controller_kind(name: str, params: Optional[dict] = None) -> str:
         return "heuristic"
     params = params if isinstance(params, dict) else {}
     if getattr(cls, "kind_from_inner", False):
-        inner = params.get("inner", inspect.signature(cls.__init__).parameters["inner"].default)
+        inner = params.get("inner", cls.default("inner"))
         if isinstance(inner, str) and inner:
             return _controller_kind(inner, params.get("inner_params"))
     return str(getattr(cls, "kind", "heuristic"))

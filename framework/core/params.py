@@ -157,6 +157,11 @@ class Configurable:
         """The registered name (a subclass does not inherit its parent's), else the class name."""
         return cls.__dict__.get("registry_name") or cls.__name__
 
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The constructor's default for parameter ``name`` (``inspect.Parameter.empty`` if it has none)."""
+        return inspect.signature(cls.__init__).parameters[name].default
+
     def get_params(self) -> dict[str, Any]:
         """Constructor keywords and their current values (scikit-learn's ``get_params``)."""
         return {name: getattr(self, name) for name in self._param_names()}

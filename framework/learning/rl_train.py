@@ -22,6 +22,7 @@ from framework.engine.config import DecodeConfig
 from framework.learning.nets import CONTROLLER_OF, build_net
 from framework.learning.policy import load_policy, save_policy
 from framework.learning.rollouts import RolloutDataset
+from framework.learning.train import policy_controller
 from framework.learning.rl import (
     ActionRecorder,
     check_rl_options,
@@ -89,7 +90,6 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
     from pytorch_lightning.loggers import CSVLogger
     from torch.utils.data import DataLoader, IterableDataset
 
-    from framework.engine.controller_io import build_controller
     from framework.engine.evaluate import item_seeds
     from framework.engine.loop import decode
 
@@ -123,12 +123,8 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
         parts, correct, nfe, groups = [], [], [], []
         for s in range(0, len(jobs), decode_batch_size):
             chunk = jobs[s:s + decode_batch_size]
-            sampled = {"policy": str(current), "sample": True, "threshold": threshold,
-                       "sample_temperature": temperature}
-            ctrl = (build_controller(CONTROLLER_OF[kind], **sampled) if verify_threshold is None else
-                    build_controller("verified", inner=CONTROLLER_OF[kind], inner_params=sampled,
-                                     verify_threshold=verify_threshold))
-            rec = ActionRecorder(ctrl, G)
+            rec = ActionRecorder(policy_controller(CONTROLLER_OF[kind], current, threshold, verify_threshold,
+                                                   sample=True, sample_temperature=temperature), G)
             res = decode(loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, config,
                          seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], seed))
             parts.append(rec.dataset())

@@ -290,9 +290,10 @@ def policy_metrics(net: nn.Module, data: RolloutDataset, threshold: float, kind:
 
 # ---------------------------------------------------------------------- calibration and the run
 def policy_controller(controller: str, policy: "str | os.PathLike", threshold: Optional[float] = None,
-                      verify_threshold: Optional[float] = None) -> Any:
-    """The learned controller over ``policy``; inside ``verified`` at τ₂ = ``verify_threshold`` if given."""
-    params = {"policy": str(policy), **({} if threshold is None else {"threshold": float(threshold)})}
+                      verify_threshold: Optional[float] = None, **extra: Any) -> Any:
+    """The learned controller over ``policy`` (``extra``: its other parameters, e.g. ``sample``);
+    inside ``verified`` at τ₂ = ``verify_threshold`` if given."""
+    params = {"policy": str(policy), **({} if threshold is None else {"threshold": float(threshold)}), **extra}
     if verify_threshold is None:
         return build_controller(controller, **params)
     return build_controller("verified", inner=controller, inner_params=params, verify_threshold=verify_threshold)

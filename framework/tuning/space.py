@@ -19,7 +19,7 @@ def inner_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None) -
     from framework.engine.controller import CONTROLLERS
 
     fixed = fixed or {}
-    name = fixed.get("inner", inspect.signature(cls.__init__).parameters["inner"].default)
+    name = fixed.get("inner", cls.default("inner"))
     if not isinstance(name, str) or name not in CONTROLLERS or str(name).startswith("tuned:"):
         return {}  # an unknown inner controller fails with its own message when the wrapper is built
     held = fixed.get("inner_params") or {}
