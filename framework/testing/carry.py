@@ -11,6 +11,7 @@ So one-token-per-step decoding is always right, ``fast_dllm`` is right for any t
 
 from __future__ import annotations
 
+import os
 import time
 
 import torch
@@ -26,9 +27,10 @@ P_EASY, P_AFTER, P_WRONG, P_RIGHT_WHEN_WRONG = 0.97, 0.90, 0.55, 0.40
 class CarryAdder(nn.Module):
     """Designed denoiser for ``a+b=`` prompts (see the module docstring)."""
 
-    def __init__(self, task: object, delay: float = 0.0) -> None:
+    def __init__(self, task: object, delay: float = 0.0, fail_elsewhere: bool = False) -> None:
         super().__init__()
         self.delay = delay
+        self.home_pid = os.getpid() if fail_elsewhere else None  # fail in any other process (a spawned worker)
         self.gen_length = task.gen_length
         self.width = task.digits + 1 if getattr(task, "zero_pad", False) else 0  # the task's format
         tok = get_tokenizer()
@@ -51,6 +53,8 @@ class CarryAdder(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> torch.Tensor:
         self.calls += 1
+        if self.home_pid is not None and os.getpid() != self.home_pid:
+            raise RuntimeError(f"designed failure: CarryAdder called in process {os.getpid()}, built in {self.home_pid}")
         if self.delay:
             time.sleep(self.delay)  # a slower model, so that parallel workers overlap
         b, l = input_ids.shape
@@ -81,6 +85,7 @@ class CarryAdder(nn.Module):
         return out
 
 
-def carry_model(delay: float = 0.0) -> LoadedModel:
+def carry_model(delay: float = 0.0, fail_elsewhere: bool = False) -> LoadedModel:
+    """The designed adder; ``fail_elsewhere`` makes it raise in any process but the one that built it."""
     task = get_task("addition", digits=2)
-    return LoadedModel(denoiser=CarryAdder(task, delay), tokenizer=get_tokenizer(), name="carry-adder", task="addition")
+    return LoadedModel(denoiser=CarryAdder(task, delay, fail_elsewhere), tokenizer=get_tokenizer(), name="carry-adder", task="addition")

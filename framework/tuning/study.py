@@ -284,8 +284,9 @@ def _run_workers(settings: TuneSettings, storage_spec: Any, store: Any, study_na
     ctx = mp.get_context(mp_context)
     threads = max(1, (os.cpu_count() or 1) // workers)
     before = _count_done(store, study_name)
-    procs = [ctx.Process(target=run_worker, name=f"adec-tune-{i}",
-                         args=(settings, storage_spec, study_name, n_trials, seed, i, threads, verbose))
+    failures = ctx.SimpleQueue()  # a failing worker's traceback, so that the error says why
+    procs = [ctx.Process(target=_worker_process, name=f"adec-tune-{i}",
+                         args=(failures, settings, storage_spec, study_name, n_trials, seed, i, threads, verbose))
              for i in range(workers)]
     for p in procs:
         p.start()
@@ -293,8 +294,25 @@ def _run_workers(settings: TuneSettings, storage_spec: Any, store: Any, study_na
         p.join()
     bad = [f"{p.name} (exit {p.exitcode})" for p in procs if p.exitcode != 0]
     if bad:
-        raise RuntimeError(f"tuning worker(s) failed: {', '.join(bad)}; the study keeps what they finished")
+        why = []
+        while not failures.empty():
+            name, text = failures.get()
+            why.append(f"--- {name} ---\n{text}")
+        raise RuntimeError(f"tuning worker(s) failed: {', '.join(bad)}; the study keeps what they finished"
+                           + ("\n" + "\n".join(why) if why else ""))
     return _count_done(store, study_name) - before
+
+
+def _worker_process(failures: Any, *args: Any) -> None:
+    """A spawned worker: :func:`run_worker`, its traceback's tail sent to the parent if it raises."""
+    import multiprocessing as mp
+    import traceback
+
+    try:
+        run_worker(*args)
+    except BaseException:
+        failures.put((mp.current_process().name, traceback.format_exc()[-4000:]))  # below a pipe's buffer
+        raise
 
 
 def report(result: TuneResult, front: Sequence[Any], chosen: Any, gen_length: int) -> str:

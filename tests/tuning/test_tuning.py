@@ -197,6 +197,20 @@ def test_two_workers_share_one_storage(tmp_path):
     assert workers == {"0", "1"}  # both processes ran trials of the one study
 
 
+def test_a_failing_worker_names_its_traceback_and_the_study_keeps_its_trials(tmp_path):
+    spec = f"sqlite:///{tmp_path / 'shared.db'}"
+    with pytest.raises(RuntimeError) as err:
+        tune(tmp_path, spec, n_trials=4, workers=2, n_test=0, loaded=carry_model(fail_elsewhere=True))
+    text = str(err.value)
+    assert "adec-tune-0 (exit 1)" in text and "adec-tune-1 (exit 1)" in text
+    assert "designed failure: CarryAdder called in process" in text  # the worker's own traceback
+    assert "Traceback" in text
+    import optuna
+
+    study = optuna.load_study(study_name="s", storage=spec)  # the reference the parent computed is kept
+    assert study.user_attrs["reference"]["accuracy"] == 1.0
+
+
 def test_cli_help_and_plot(tmp_path, capsys):
     import argparse
 
