@@ -29,7 +29,11 @@ At a step where the controller asks for depth ``d_b > 0`` (``Decision.depth``) a
 5. **Commit the first step of the best rollout**, nothing more: if the hold candidate wins, the
    branch positions stay masked. The winner's first rollout forward ran on exactly the canvas
    the loop decodes next, so its logits are handed back (``LookaheadResult.next_logits``) and
-   the loop uses them instead of running that forward again.
+   the loop uses them instead of running that forward again. With ``advance`` a > 1 the winner's
+   rollout is committed further: its first step and what its first a − 1 rollout forwards filled
+   (never the greedy completion after its last forward), and its a-th forward (or its last, if it
+   ran fewer) is the one handed back. The rollout's tokens are greedy whatever the temperature,
+   and the controller's memory does not see the rollout steps committed this way.
 
 Cost: every rollout, verification and re-scoring forward is one NFE of its row (``extra_nfe``);
 the reused forward is not run twice. Budget: a row with ``budget_left`` extra NFE runs its C
@@ -59,7 +63,9 @@ from framework.engine.controller import Decision, DecodeState
 from framework.engine.denoise import (suppress_mask_logit, supports_shadow, token_logprob, verification_logits,
                                      window_logits)
 from framework.engine.features import StepFeatures, compute_features
-from framework.engine.scorer import Candidates, Scorer, ScoringContext
+from framework.engine.scorer import Scorer, ScoringContext
+from framework.engine.lookahead_rows import (alternatives, rollout_candidates, stable_positions, step_token_logprob,
+                                             window_index, window_valid, write_window)
 from framework.engine.selection import ensure_progress, select_topk
 
 logger = logging.getLogger(__name__)
@@ -122,6 +128,9 @@ class Lookahead(Configurable):
             look coherent only because they were conditioned on the guess.
         rescore: ``pll`` scores completed rollouts by the pseudo-likelihood of the block (one
             forward per candidate with a shadow block); ``none`` by the recorded probabilities.
+        advance: steps of the winning rollout committed (a): 1 commits its first step only; a > 1
+            also what its first a − 1 rollout forwards filled, so the forwards that chose them are
+            decode steps, not discarded work.
         context: a :class:`framework.engine.scorer.ScoringContext` (tokenizer, prompt texts, meta);
             per-call values in ``state.extras`` (``tokenizer``, ``meta``, ``prompt_text``) win.
     """
@@ -138,6 +147,7 @@ class Lookahead(Configurable):
         "hold": Param(bool, doc="include the candidate that leaves the branch positions masked"),
         "hold_bonus": Param(float, low=0.0, doc="added to the hold candidate's score (a branch commit must win by more)"),
         "rescore": Param(str, choices=RESCORES, doc="joint score of completed rollouts: pll | none"),
+        "advance": Param(int, low=1, high=64, doc="rollout steps of the winner committed (1: its first step only)"),
     }
 
     def __init__(
@@ -154,6 +164,7 @@ class Lookahead(Configurable):
         hold: bool = True,
         hold_bonus: float = 0.0,
         rescore: str = "pll",
+        advance: int = 1,
         context: Optional[ScoringContext] = None,
     ) -> None:
         self.scorer = scorer
@@ -168,6 +179,7 @@ class Lookahead(Configurable):
         self.hold = hold
         self.hold_bonus = hold_bonus
         self.rescore = rescore
+        self.advance = advance
         self.context = context
 
     def check_combination(self) -> None:
@@ -175,6 +187,8 @@ class Lookahead(Configurable):
             raise ParameterError(f"Lookahead.scorer={self.scorer!r} is not allowed; allowed: a Scorer or a spec string")
         if self.rollout != "threshold" and self.rollout_threshold != 0.9:
             self.warn_no_effect("rollout_threshold", f"rollout={self.rollout!r} does not use a threshold")
+        if self.advance > self.max_depth:
+            self.warn_no_effect("advance", f"a rollout runs at most max_depth={self.max_depth} forwards")
 
     def get_scorer(self) -> Scorer:
         if isinstance(self.scorer, str):
@@ -215,24 +229,21 @@ class Lookahead(Configurable):
             return out
         r = plan.rows
         ar = torch.arange(r.numel(), device=x.device)
-        chosen = plan.cand_tokens[ar, best]  # [R, m]
-        use = plan.branch_ok & ~plan.hold[ar, best][:, None]  # the hold candidate commits no branch token
-        new_tokens = tokens.clone()
-        new_commit = commit.clone()
-        sub_tok = new_tokens[r]
-        sub_com = new_commit[r]
-        sub_tok.scatter_(1, plan.branch_pos, torch.where(use, chosen, sub_tok.gather(1, plan.branch_pos)))
-        sub_com.scatter_(1, plan.branch_pos, sub_com.gather(1, plan.branch_pos) | use)
-        new_tokens[r], new_commit[r] = sub_tok, sub_com
+        # the winner's window as committed: its first step (the step's commits and, unless it holds, its
+        # branch tokens) and, with advance > 1, what its rollout filled before the forward handed back
+        win, canvas, logits, ran, advanced = first
+        new_tokens, new_commit = tokens.clone(), commit.clone()
+        take = feats.eligible[r] & (win != int(state.mask_token_id))
+        new_tokens[r] = torch.where(take, win, tokens[r])
+        new_commit[r] = take
         info = {name: torch.full((b,), -1 if name == "best" else 0, dtype=torch.long, device=x.device)
-                for name in ("best", "candidates", "depth", "held")}
+                for name in ("best", "candidates", "depth", "held", "advanced")}
         info["best"][r], info["candidates"][r], info["depth"][r] = best, plan.cand_ok.sum(1), plan.depth
-        info["held"][r] = plan.hold[ar, best].long()
+        info["held"][r], info["advanced"][r] = plan.hold[ar, best].long(), advanced
         out = LookaheadResult(tokens=new_tokens, commit=new_commit, extra_nfe=spent, fallback=fallback,
                               forward_seconds=secs, info=info)
-        if first is not None and first[2].any():
-            ran = first[2]
-            out.next_rows, out.next_canvas, out.next_logits = r[ran], first[0][ran], first[1][ran]
+        if logits is not None and ran.any():
+            out.next_rows, out.next_canvas, out.next_logits = r[ran], canvas[ran], logits[ran]
         return out
 
     def _rescore_cost(self, model: Any, f: StepFeatures, commit: torch.Tensor) -> torch.Tensor:
@@ -260,9 +271,9 @@ class Lookahead(Configurable):
         m = min(int(self.positions), l)
         sign = 1.0 if self.branch == "highest" else -1.0
         key = torch.where(unc, sign * f.margin[rows].float(), torch.full_like(f.margin[rows], float("-inf"), dtype=torch.float))
-        pos, ok = _stable_positions(key, unc, m)  # ties to the lower index
+        pos, ok = stable_positions(key, unc, m)  # ties to the lower index
         kmax = max(1, min(int(self.width), int(kk.max())))
-        alt_ids, alt_lp = _alternatives(f, rows, pos, kmax)  # [R, m, K]
+        alt_ids, alt_lp = alternatives(f, rows, pos, kmax)  # [R, m, K]
         k_at = kk.gather(1, pos).clamp(max=kmax)  # [R, m]
         k_at = torch.where(ok, k_at, torch.ones_like(k_at))
         combos = torch.tensor(list(itertools.product(range(kmax), repeat=m)), dtype=torch.long, device=dev)  # [C, m]
@@ -305,7 +316,11 @@ class Lookahead(Configurable):
     def _rollout_and_rank(
         self, model: Any, x: torch.Tensor, attn: torch.Tensor, f: StepFeatures, commit: torch.Tensor,
         tokens: torch.Tensor, state: DecodeState, plan: _Plan, spent: torch.Tensor, controller: Any,
-    ) -> tuple[torch.Tensor, float, Optional[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]]:
+    ) -> tuple[torch.Tensor, float, tuple[torch.Tensor, torch.Tensor, Optional[torch.Tensor], torch.Tensor,
+                                          torch.Tensor]]:
+        """The winner per plan row, the seconds spent in forwards, and the winner's committed window
+        ``[R, W]``, canvas ``[R, L]``, the window logits of its handed-back forward ``[R, W, V]`` (None if
+        no rollout ran a forward), whether that forward ran ``[R]`` and its rollout fills committed ``[R]``."""
         dev = x.device
         mask_id = int(state.mask_token_id)
         r_cnt, w = plan.cand_ok.shape
@@ -313,11 +328,11 @@ class Lookahead(Configurable):
         src_plan = flat // w  # index into plan rows
         src = plan.rows[src_plan]  # index into the step's sub-batch
         cand_j = flat % w
-        cols = _window_index(f)[src]  # [N, W] the window's canvas columns, per candidate
-        real = _window_valid(f)[src]
+        cols = window_index(f)[src]  # [N, W] the window's canvas columns, per candidate
+        real = window_valid(f)[src]
         # the first step: controller commits + this candidate's branch tokens (none for the hold candidate)
-        base_lp = _token_logprob(f, tokens)  # [B, W] log p of the step's tokens at the first forward
-        win = torch.where(commit, tokens, x.gather(1, _window_index(f)))[src]
+        base_lp = step_token_logprob(f, tokens)  # [B, W] log p of the step's tokens at the first forward
+        win = torch.where(commit, tokens, x.gather(1, window_index(f)))[src]
         lp_rec = torch.where(commit, base_lp, torch.zeros_like(base_lp))[src]
         lp_mask = commit[src].clone()
         bpos = plan.branch_pos[src_plan]
@@ -331,9 +346,10 @@ class Lookahead(Configurable):
         depth = plan.depth[src_plan]
         attn_c = attn[src]
         canvas = x[src]
-        first_canvas = _write(canvas, cols, win, real)
-        first_logits: Optional[torch.Tensor] = None
-        has_first = torch.zeros(win.shape[0], dtype=torch.bool, device=dev)
+        # the snapshot handed back: the window a rollout forward ran on (its first, up to its a-th)
+        snap_win, snap_logits = win.clone(), None
+        snap_ran = torch.zeros(win.shape[0], dtype=torch.bool, device=dev)
+        snap_t = torch.zeros(win.shape[0], dtype=torch.long, device=dev)
         secs = 0.0
         if self.verify and bpos.shape[1] >= 2:
             secs += self._verify(model, canvas, cols, real, win, attn_c, bpos, bok, btok, lp_rec, src, spent, mask_id)
@@ -344,13 +360,13 @@ class Lookahead(Configurable):
             if act.numel() == 0:
                 break
             t0 = time.perf_counter()
-            logits = window_logits(model, _write(canvas[act], cols[act], win[act], real[act]), attn_c[act], cols[act])
+            logits = window_logits(model, write_window(canvas[act], cols[act], win[act], real[act]), attn_c[act], cols[act])
             secs += time.perf_counter() - t0
             spent.index_add_(0, src[act], torch.ones_like(act))
-            if t == 0:  # kept: the winner's is the loop's next forward
-                first_logits = logits.new_zeros((win.shape[0], *logits.shape[1:]))
-                first_logits[act] = logits
-                has_first[act] = True
+            if t < int(self.advance):  # kept: the winner's is the loop's next forward
+                if snap_logits is None:
+                    snap_logits = logits.new_zeros((win.shape[0], *logits.shape[1:]))
+                snap_logits[act], snap_win[act], snap_ran[act], snap_t[act] = logits, win[act], True, t
             still = (win[act] == mask_id) & region[act]
             logits = suppress_mask_logit(logits, mask_id)
             logp = torch.log_softmax(logits.float(), dim=-1)
@@ -369,13 +385,13 @@ class Lookahead(Configurable):
             lp_mask[act] = lp_mask[act] | fill
         if self.rescore == "pll":
             t0 = time.perf_counter()
-            pll, cost = verification_logits(model, _write(canvas, cols, win, real), attn_c, cols, region & real)
+            pll, cost = verification_logits(model, write_window(canvas, cols, win, real), attn_c, cols, region & real)
             secs += time.perf_counter() - t0
             spent.index_add_(0, src, cost)
             if pll is not None:
                 lp_rec = torch.where(region & real, token_logprob(suppress_mask_logit(pll, mask_id), win), lp_rec)
                 lp_mask = region & real
-        cands = _candidates(_write(canvas, cols, win, real), cols, real, lp_rec, lp_mask, f, src, state, mask_id, x)
+        cands = rollout_candidates(write_window(canvas, cols, win, real), cols, real, lp_rec, lp_mask, f, src, state, mask_id, x)
         context = self._context(state, model)
         scores = self.get_scorer().score(cands, context)
         grid = torch.full((r_cnt, w), float("-inf"), device=dev)
@@ -384,9 +400,10 @@ class Lookahead(Configurable):
         at = torch.full((r_cnt, w), -1, dtype=torch.long, device=dev)
         at[src_plan, cand_j] = torch.arange(flat.numel(), device=dev)
         pick = at[torch.arange(r_cnt, device=dev), best]
-        if first_logits is None:
-            return best, secs, None
-        return best, secs, (first_canvas[pick], first_logits[pick], has_first[pick])
+        chosen = snap_win[pick]
+        logits_out = snap_logits[pick] if snap_logits is not None else None
+        return best, secs, (chosen, write_window(canvas[pick], cols[pick], chosen, real[pick]), logits_out,
+                            snap_ran[pick], snap_t[pick])
 
     def _verify(self, model: Any, canvas: torch.Tensor, cols: torch.Tensor, real: torch.Tensor, win: torch.Tensor,
                 attn: torch.Tensor,
@@ -401,7 +418,7 @@ class Lookahead(Configurable):
         probe[torch.arange(rows.numel(), device=probe.device), pos] = mask_id
         at_col = cols[cand].gather(1, pos[:, None])  # [n·m, 1] the probed canvas column
         t0 = time.perf_counter()
-        at = window_logits(model, _write(canvas[cand], cols[cand], probe, real[cand]), attn[cand], at_col)[:, 0]  # [n·m, V]
+        at = window_logits(model, write_window(canvas[cand], cols[cand], probe, real[cand]), attn[cand], at_col)[:, 0]  # [n·m, V]
         secs = time.perf_counter() - t0
         spent.index_add_(0, src[cand], torch.ones_like(cand))
         lp = torch.log_softmax(at.float(), dim=-1).gather(1, btok[cand, j].unsqueeze(1)).squeeze(1)
@@ -422,7 +439,7 @@ class Lookahead(Configurable):
             gen_length=g, block_start=f.block_start[src], block_end=f.block_end[src],
             block_index=f.block_index[src], block_masked_at_start=f.block_masked_at_start[src],
             step=f.step[src] + t + 1, block_step=f.block_step[src] + t + 1, temperature=0.0,
-            seeds=state.seeds[src], window_index=_window_index(f)[src],
+            seeds=state.seeds[src], window_index=window_index(f)[src],
         )
         sub = state.rows(src)  # a copy of the controller's memory: rollouts never leak into it
         sub.extras["canvas"] = win
@@ -440,81 +457,3 @@ class Lookahead(Configurable):
             resources=base.resources,
             special_ids=base.special_ids,
         )
-
-
-# ---------------------------------------------------------------------- helpers
-def _stable_positions(key: torch.Tensor, ok: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The m highest ``key`` positions per row (ties: lower index), and which of them exist."""
-    order = torch.argsort(key, dim=1, descending=True, stable=True)[:, :m]
-    return order, ok.gather(1, order)
-
-
-def _alternatives(f: StepFeatures, rows: torch.Tensor, pos: torch.Tensor, kmax: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Top-``kmax`` token ids and log-probabilities ``[R, m, K]`` at the branch positions."""
-    if f.logits is not None:
-        lg = f.logits[rows].gather(1, pos[:, :, None].expand(-1, -1, f.logits.shape[-1]))
-        logp = torch.log_softmax(lg.float(), dim=-1)
-        top = logp.topk(min(kmax, logp.shape[-1]), dim=-1)
-        ids, lp = top.indices, top.values
-    else:  # only the top-2 statistics are known
-        ids = torch.stack([f.top1_id[rows].gather(1, pos), f.top2_id[rows].gather(1, pos)], -1)
-        p = torch.stack([f.top1_prob[rows].gather(1, pos), f.top2_prob[rows].gather(1, pos)], -1)
-        ids, lp = ids[..., :kmax], p[..., :kmax].float().clamp(min=1e-30).log()
-    if ids.shape[-1] < kmax:  # a vocabulary smaller than k: pad with impossible alternatives
-        pad = kmax - ids.shape[-1]
-        ids = torch.cat([ids, ids[..., :1].expand(*ids.shape[:-1], pad)], -1)
-        lp = torch.cat([lp, torch.full((*lp.shape[:-1], pad), float("-inf"), device=lp.device)], -1)
-    return ids, lp
-
-
-def _token_logprob(f: StepFeatures, tokens: torch.Tensor) -> torch.Tensor:
-    """log p(tokens) ``[B, L]`` under the step's distribution (from logits, else the confidence)."""
-    if f.logits is not None:
-        return token_logprob(f.logits, tokens)
-    own = torch.where(tokens == f.x0, f.confidence.float(), torch.full_like(f.confidence, 1e-30, dtype=torch.float))
-    return own.clamp(min=1e-30).log()
-
-
-def _window_index(f: StepFeatures) -> torch.Tensor:
-    """The window's canvas columns ``[B, W]`` (the identity when the window is the whole canvas)."""
-    if f.window_index is not None:
-        return f.window_index
-    return torch.arange(f.x0.shape[1], device=f.x0.device).expand_as(f.x0)
-
-
-def _window_valid(f: StepFeatures) -> torch.Tensor:
-    """Which window slots are real ``[B, W]`` (slots past a row's shorter block repeat a column)."""
-    if f.window_index is None:
-        return torch.ones_like(f.eligible)
-    slot = torch.arange(f.x0.shape[1], device=f.x0.device)[None, :]
-    return slot < (f.block_end - f.block_start)[:, None]
-
-
-def _write(canvas: torch.Tensor, cols: torch.Tensor, win: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """``canvas`` ``[N, L]`` with the window's real slots ``win`` ``[N, W]`` written at ``cols``."""
-    out = canvas.clone()
-    r, c = valid.nonzero(as_tuple=True)
-    out[r, cols[r, c]] = win[r, c]
-    return out
-
-
-def _candidates(canvas: torch.Tensor, cols: torch.Tensor, real: torch.Tensor, lp_win: torch.Tensor,
-                lp_mask_win: torch.Tensor,
-                f: StepFeatures, src: torch.Tensor, state: DecodeState, mask_id: int, x: torch.Tensor) -> Candidates:
-    """The rollouts' generation regions and prompts as :class:`Candidates` (log-probabilities are
-    recorded for the window; the rest of the generation has none)."""
-    g = state.config.gen_length
-    start = (cols[:, 0] - f.position[src][:, 0]).clamp(min=0)  # gen_start per candidate row
-    lp_rec = _write(torch.zeros(canvas.shape, dtype=lp_win.dtype, device=canvas.device), cols, lp_win, real)
-    lp_mask = _write(torch.zeros(canvas.shape, dtype=torch.bool, device=canvas.device), cols, lp_mask_win, real)
-    gidx = start[:, None] + torch.arange(g, device=canvas.device)[None, :]
-    gidx = gidx.clamp(max=canvas.shape[1] - 1)
-    gen = canvas.gather(1, gidx)
-    p = int(start.max()) if start.numel() else 0
-    pidx = torch.arange(p, device=canvas.device)[None, :].expand(canvas.shape[0], p)
-    prompt = x[src].gather(1, pidx) if p else torch.zeros(canvas.shape[0], 0, dtype=torch.long, device=canvas.device)
-    pmask = pidx < start[:, None]
-    sample = state.extras.get("sample_index")
-    source = sample[src] if isinstance(sample, torch.Tensor) else src
-    return Candidates(tokens=gen, source=source.long(), prompt_ids=prompt, prompt_mask=pmask,
-                      decided=gen != mask_id, logprobs=lp_rec.gather(1, gidx), logprob_mask=lp_mask.gather(1, gidx))

@@ -119,6 +119,66 @@ class PreferCandidate(Scorer):
         return rank
 
 
+# six positions, four answers (ids 0-8; pad 9, eos 10, mask 11): margins differ by position and
+# shrink or grow as positions are decided, so a margin rule commits a few a step and branches
+ORCHARD = dict(answers=[[0, 1, 2, 3, 4, 5], [0, 1, 6, 3, 7, 5], [0, 2, 6, 4, 7, 8], [1, 2, 2, 3, 4, 8]],
+               weights=[0.3, 0.25, 0.2, 0.25], vocab_size=12, prompt_length=1)
+
+
+@pytest.mark.parametrize("rescore", ["none", "pll"])
+def test_advance_commits_the_winning_rollout_further_and_wastes_none_of_its_forwards(rescore):
+    # the hold rollout always wins and rolls the controller itself out: whatever advance is, the
+    # decode is the controller's own, token for token; a larger advance takes fewer loop steps and
+    # fewer forwards, every one of them counted
+    cfg = DecodeConfig(gen_length=6, lookahead_budget=1000)
+    alone = decode(JointDenoiser(**ORCHARD), [[9]], ladder(), cfg)
+    runs = {}
+    for a in (1, 2, 4):
+        m = JointDenoiser(**ORCHARD)
+        la = Lookahead(scorer=PreferCandidate(0), width=2, rollout="controller", max_depth=4, advance=a,
+                       rescore=rescore)
+        res = decode(m, [[9]], ladder(), cfg, lookahead=la)
+        assert res.generated.tolist() == alone.generated.tolist(), a
+        assert int(res.nfe.sum()) == m.rows_seen and res.fallbacks.tolist() == [0]
+        runs[a] = res
+    assert runs[1].lookahead_nfe.item() > 0
+    assert runs[1].steps.item() == alone.steps.item() > runs[2].steps.item() > runs[4].steps.item()
+    assert runs[1].nfe.item() > runs[2].nfe.item() > runs[4].nfe.item()
+
+
+def test_advance_commits_the_winners_first_rollout_fill_and_hands_back_the_forward_after_it():
+    m = JointDenoiser(**ORCHARD)
+    x = torch.tensor([[9] + [11] * 6])
+    f = _features_masked(m, x)
+    commit = torch.zeros_like(x, dtype=torch.bool)
+    d = Decision(commit=commit, k=torch.full_like(x, 3), depth=torch.tensor([3]))
+    state = DecodeState(config=DecodeConfig(gen_length=6), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=11)
+    def la(a):
+        return Lookahead(scorer=PreferCandidate(1), width=3, rollout="sequential", max_depth=3, rescore="none",
+                         advance=a).refine(m, x, torch.ones_like(x), f, d, commit, f.x0, state, torch.tensor([64]))
+
+    one, two = la(1), la(2)
+    # advance 1: the winner (the top-1 branch token at the lowest-margin slot) commits that slot only
+    (slot,) = one.commit[0].nonzero().squeeze(1).tolist()
+    assert int(one.info["advanced"][0]) == 0 and int(two.info["advanced"][0]) == 1
+    # advance 2: also the slot its first sequential forward filled, with the greedy token there
+    after_first = x.clone()
+    after_first[0, slot] = one.tokens[0, slot]
+    probs = torch.softmax(m(after_first)[0].float(), -1)
+    probs[:, 11] = 0
+    conf, pred = probs.max(-1)
+    conf[after_first[0] != 11] = -1
+    nxt = int(conf.argmax())
+    assert sorted(two.commit[0].nonzero().squeeze(1).tolist()) == sorted([slot, nxt])
+    assert two.tokens[0, nxt] == pred[nxt] and two.tokens[0, slot] == one.tokens[0, slot]
+    # the forward handed back ran on exactly the canvas with both committed: a fresh forward agrees
+    canvas = after_first.clone()
+    canvas[0, nxt] = pred[nxt]
+    assert torch.equal(two.next_canvas[0], canvas[0])
+    assert torch.allclose(two.next_logits[0].float(), m(canvas)[0].float())
+    assert two.extra_nfe.tolist() == one.extra_nfe.tolist()  # the same rollouts ran; only what is kept differs
+
+
 def test_branch_position_is_committed_only_when_the_winning_rollout_commits_it():
     m = garden()
     x = torch.tensor([[7, 9, 9, 9]])
@@ -313,6 +373,18 @@ def test_two_branch_positions_find_the_joint_mode_through_pseudo_likelihood():
     assert res2.generated.tolist() == [[0, 3, 6]]
 
 
+def _features_masked(m, x):
+    from framework.engine.features import compute_features
+
+    g = x.shape[1] - 1
+    masked = x == m.mask_token_id
+    return compute_features(m(x), eligible=masked, masked=masked, rel=torch.arange(x.shape[1])[None] - 1,
+                            gen_length=g, block_start=torch.zeros(1, dtype=torch.long),
+                            block_end=torch.full((1,), g), block_index=torch.zeros(1, dtype=torch.long),
+                            block_masked_at_start=torch.full((1,), g), step=torch.zeros(1, dtype=torch.long),
+                            block_step=torch.zeros(1, dtype=torch.long))
+
+
 def test_lookahead_parameters_validate():
     with pytest.raises(ParameterError, match="Lookahead.width=0 is out of range"):
         Lookahead.build(width=0)
@@ -320,6 +392,8 @@ def test_lookahead_parameters_validate():
         Lookahead.build(rollout="beam")
     with pytest.raises(ParameterError, match="rescore='joint'.*pll"):
         Lookahead.build(rescore="joint")
+    with pytest.raises(ParameterError, match="Lookahead.advance=0 is out of range"):
+        Lookahead.build(advance=0)
     la = Lookahead.build(scorer="logprob:0.5,repetition:1", width=2)
     assert la.get_scorer().display_name() == "hybrid"
 
