@@ -16,9 +16,10 @@ controller parameter wins if a name were both. Each value is validated as if it 
 is its own cell (the cell hash covers the value), so a run resumes point by point.
 
 A dotted key reaches inside a mapping parameter: ``{inner_params.threshold: [0.99, 0.9]}`` sweeps
-the threshold of a wrapper's inner controller (``verified``, ``number_guard``); the label names the
-leaf (``(threshold=0.99)``), and the value is checked when the file is read, by building the cell's
-controller for each task.
+the threshold of a wrapper's inner controller (``verified``, ``number_guard``), and
+``{base.params.eta: [0.99, 0.95]}`` the η of a sub-controller written as ``{name, params}``
+(``confidence_ladder``'s ``base``); the label names the leaf (``(threshold=0.99)``), and the value is
+checked when the file is read, by building the cell's controller for each task.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from experiments.spec import StrategySpec, _known
 from framework.core.params import ParameterError, with_value
 
 EXAMPLE = "{threshold: [0.5, 0.7, 0.9]}"
+#: parameter kinds a dotted key reaches into: a mapping, a sub-controller spec ({name, params}), a params dict
+_MAPPING_KINDS = (dict, "spec", "params")
 
 
 def param_problem(cls: type, key: str, value: Any) -> Optional[str]:
@@ -39,9 +42,9 @@ def param_problem(cls: type, key: str, value: Any) -> Optional[str]:
     if "." in key:  # inside a mapping parameter: the leaf is checked when the controller is built
         head = key.split(".", 1)[0]
         spec = cls.params.get(head)
-        if spec is None or spec.kind is not dict:
+        if spec is None or spec.kind not in _MAPPING_KINDS:
             return (f"{head!r} is not a mapping parameter of {cls.display_name()}; a dotted key reaches "
-                    f"inside one of: {', '.join(k for k, p in cls.params.items() if p.kind is dict) or 'none'}")
+                    f"inside one of: {', '.join(k for k, p in cls.params.items() if p.kind in _MAPPING_KINDS) or 'none'}")
         return None
     if key == "steps_per_token":
         if "steps" not in known:
@@ -111,17 +114,20 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], wh
     fixed = spec.params if target == "params" else spec.decode
     clash = [k for k in ({"steps", "steps_per_token"} if key in ("steps", "steps_per_token") else {key}) if k in fixed]
     if "." in key and target == "params":
-        head, leaf = key.split(".", 1)
-        inner = fixed.get(head)
-        clash = [key] if isinstance(inner, dict) and leaf in inner else []
+        clash = [key] if _has_path(fixed, key) else []
     for k in sorted(clash):
         c.add(kpath, f"{target}.{k} is also set; a swept parameter takes its values from the sweep only")
     seen = [json.dumps(v, sort_keys=True, default=str) for v in values]
     if len(set(seen)) != len(seen):
         c.add(kpath, f"{values!r} repeats a value (each value is one point of the curve)")
     ok = not clash and len(set(seen)) == len(seen)
+    params = []
     for j, v in enumerate(values):
         msg = (param_problem(cls, key, v) if cls is not None else None) if target == "params" else _decode_problem(key, v)
+        try:
+            params.append(with_value(spec.params, key, v) if target == "params" else dict(spec.params))
+        except ParameterError as exc:  # a dotted key through a value that is not a mapping
+            msg = msg or str(exc)
         if msg:
             c.add(f"{kpath}[{j}]", msg)
             ok = False
@@ -129,7 +135,17 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], wh
         return []
     return [dataclasses.replace(
         spec, label=f"{spec.label} ({key.rsplit('.', 1)[-1]}={v})", curve=spec.label, sweep={key: v},
-        path=f"{kpath}[{j}]", params=with_value(spec.params, key, v) if target == "params" else dict(spec.params),
+        path=f"{kpath}[{j}]", params=params[j],
         decode={**spec.decode, key: v} if target == "decode" else dict(spec.decode))
         for j, v in enumerate(values)]
+
+
+def _has_path(params: dict, key: str) -> bool:
+    """Whether the dotted ``key`` (``base.params.eta``) is already set in ``params``."""
+    node: Any = params
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+    return True
 

@@ -15,7 +15,7 @@ import inspect
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar, Sequence
+from typing import Any, ClassVar, Mapping, Sequence
 
 
 class ParameterError(ValueError):
@@ -245,7 +245,11 @@ def with_value(params: dict, key: str, value: Any) -> dict:
     if "." not in key:
         return {**params, key: value}
     head, leaf = key.split(".", 1)
-    return {**params, head: with_value(dict(params.get(head) or {}), leaf, value)}
+    inside = params.get(head)
+    if inside is not None and not isinstance(inside, Mapping):
+        raise ParameterError(f"{key!r}: {head!r} is {inside!r}, not a mapping; a dotted key sets a key inside one "
+                             f"(write it as a mapping, e.g. {{name: ..., params: {{...}}}} for a controller)")
+    return {**params, head: with_value(dict(inside or {}), leaf, value)}
 
 
 def with_values(params: dict, values: dict) -> dict:

@@ -196,6 +196,31 @@ def test_a_dotted_sweep_key_reaches_inside_a_wrappers_mapping_parameter():
         "strategies[0].sweep.inner_params.threshold[1]"]
 
 
+def test_a_dotted_sweep_key_reaches_inside_a_sub_controller_spec():
+    base = {"name": "margin_topk", "params": {"depth": 16}}
+    exp = parse_experiment(two_strategy(strategies=[
+        {"label": "l", "controller": "confidence_ladder", "params": {"base": base, "d_max": 16},
+         "sweep": {"base.params.eta": [0.99, 0.9]}}]))
+    assert [(s.label, s.params) for s in exp.strategies] == [
+        ("l (eta=0.99)", {"base": {"name": "margin_topk", "params": {"depth": 16, "eta": 0.99}}, "d_max": 16}),
+        ("l (eta=0.9)", {"base": {"name": "margin_topk", "params": {"depth": 16, "eta": 0.9}}, "d_max": 16})]
+    assert base == {"name": "margin_topk", "params": {"depth": 16}}  # the file's own mapping is not changed
+    with pytest.raises(ExperimentError) as info:
+        parse_experiment(two_strategy(strategies=[
+            {"controller": "confidence_ladder", "params": {"base": {"name": "margin_topk", "params": {"eta": 0.9}}},
+             "sweep": {"base.params.eta": [0.99]}},
+            {"controller": "confidence_ladder", "params": {"base": "margin_topk"}, "sweep": {"base.params.eta": [0.99]}}]))
+    problems = dict(info.value.problems)
+    assert "params.base.params.eta is also set" in problems["strategies[0].sweep.base.params.eta"]
+    assert "'base' is 'margin_topk', not a mapping" in problems["strategies[1].sweep.base.params.eta[0]"]
+    with pytest.raises(ExperimentError) as info:  # the leaf, when the cell's controller is built
+        parse_experiment(two_strategy(strategies=[
+            {"controller": "confidence_ladder", "params": {"base": {"name": "margin_topk"}},
+             "sweep": {"base.params.eta": [0.9, 1.5]}}]))
+    assert [p for p, _ in info.value.problems] == ["strategies[0].sweep.base.params.eta[1]"]
+    assert "eta=1.5 is out of range" in info.value.problems[0][1]
+
+
 def test_a_verified_strategy_is_reported_under_its_drafters_family():
     import controllers  # noqa: F401  (registers verified)
 
