@@ -131,6 +131,9 @@ class Lookahead(Configurable):
         advance: steps of the winning rollout committed (a): 1 commits its first step only; a > 1
             also what its first a − 1 rollout forwards filled, so the forwards that chose them are
             decode steps, not discarded work.
+        lazy: roll out and score the hold candidate first, and the other candidates of a row only if
+            the hold's score plus ``hold_bonus`` is below the scorer's upper bound (0 for the built-in
+            scorers), so that another could still win: the same winner, fewer forwards.
         context: a :class:`framework.engine.scorer.ScoringContext` (tokenizer, prompt texts, meta);
             per-call values in ``state.extras`` (``tokenizer``, ``meta``, ``prompt_text``) win.
     """
@@ -148,6 +151,7 @@ class Lookahead(Configurable):
         "hold_bonus": Param(float, low=0.0, doc="added to the hold candidate's score (a branch commit must win by more)"),
         "rescore": Param(str, choices=RESCORES, doc="joint score of completed rollouts: pll | none"),
         "advance": Param(int, low=1, high=64, doc="rollout steps of the winner committed (1: its first step only)"),
+        "lazy": Param(bool, doc="roll the hold candidate out first; the others only if it can still lose"),
     }
 
     def __init__(
@@ -165,6 +169,7 @@ class Lookahead(Configurable):
         hold_bonus: float = 0.0,
         rescore: str = "pll",
         advance: int = 1,
+        lazy: bool = False,
         context: Optional[ScoringContext] = None,
     ) -> None:
         self.scorer = scorer
@@ -180,6 +185,7 @@ class Lookahead(Configurable):
         self.hold_bonus = hold_bonus
         self.rescore = rescore
         self.advance = advance
+        self.lazy = lazy
         self.context = context
 
     def check_combination(self) -> None:
@@ -351,51 +357,69 @@ class Lookahead(Configurable):
         snap_ran = torch.zeros(win.shape[0], dtype=torch.bool, device=dev)
         snap_t = torch.zeros(win.shape[0], dtype=torch.long, device=dev)
         secs = 0.0
-        if self.verify and bpos.shape[1] >= 2:
-            secs += self._verify(model, canvas, cols, real, win, attn_c, bpos, bok, btok, lp_rec, src, spent, mask_id)
         complete = bool(self.complete) or self.rescore == "pll"
-        for t in range(int(depth.max())):
-            open_ = ((win == mask_id) & region).any(1)
-            act = ((depth > t) & open_).nonzero().squeeze(1)  # a finished rollout stops early
-            if act.numel() == 0:
-                break
-            t0 = time.perf_counter()
-            logits = window_logits(model, write_window(canvas[act], cols[act], win[act], real[act]), attn_c[act], cols[act])
-            secs += time.perf_counter() - t0
-            spent.index_add_(0, src[act], torch.ones_like(act))
-            if t < int(self.advance):  # kept: the winner's is the loop's next forward
-                if snap_logits is None:
-                    snap_logits = logits.new_zeros((win.shape[0], *logits.shape[1:]))
-                snap_logits[act], snap_win[act], snap_ran[act], snap_t[act] = logits, win[act], True, t
-            still = (win[act] == mask_id) & region[act]
-            logits = suppress_mask_logit(logits, mask_id)
-            logp = torch.log_softmax(logits.float(), dim=-1)
-            best_lp, pred = logp.max(-1)
-            if self.rollout == "controller" and controller is not None:
-                fill = self._controller_fill(controller, logits, still, win[act], src[act], f, state, t)
-            else:
-                fill = self._policy_fill(best_lp.exp(), still)
-            del logp
-            last = depth[act] == t + 1
-            if complete:
-                fill = fill | (still & last[:, None])
-            fill = fill & still
-            win[act] = torch.where(fill, pred, win[act])
-            lp_rec[act] = torch.where(fill, best_lp, lp_rec[act])
-            lp_mask[act] = lp_mask[act] | fill
-        if self.rescore == "pll":
-            t0 = time.perf_counter()
-            pll, cost = verification_logits(model, write_window(canvas, cols, win, real), attn_c, cols, region & real)
-            secs += time.perf_counter() - t0
-            spent.index_add_(0, src, cost)
-            if pll is not None:
-                lp_rec = torch.where(region & real, token_logprob(suppress_mask_logit(pll, mask_id), win), lp_rec)
-                lp_mask = region & real
-        cands = rollout_candidates(write_window(canvas, cols, win, real), cols, real, lp_rec, lp_mask, f, src, state, mask_id, x)
-        context = self._context(state, model)
-        scores = self.get_scorer().score(cands, context)
+        scorer, context = self.get_scorer(), self._context(state, model)
+        scores = torch.full((win.shape[0],), float("-inf"), device=dev)
+        is_hold = plan.hold[src_plan, cand_j]
+        lazy = bool(self.lazy) and bool(is_hold.any())
+        for phase in ((is_hold, ~is_hold) if lazy else (torch.ones_like(is_hold),)):
+            sel = phase
+            if lazy and phase is not is_hold:  # rows whose hold rollout wins whatever the others score
+                sure = torch.zeros(r_cnt, dtype=torch.bool, device=dev)
+                sure[src_plan[is_hold]] = scores[is_hold] + float(self.hold_bonus) >= scorer.bounds()[1]
+                sel = phase & ~sure[src_plan]
+            if not sel.any():
+                continue
+            if self.verify and bpos.shape[1] >= 2:
+                secs += self._verify(model, canvas, cols, real, win, attn_c, bpos, bok & sel[:, None], btok, lp_rec,
+                                     src, spent, mask_id)
+            for t in range(int(depth[sel].max())):
+                open_ = ((win == mask_id) & region).any(1)
+                act = ((depth > t) & open_ & sel).nonzero().squeeze(1)  # a finished rollout stops early
+                if act.numel() == 0:
+                    break
+                t0 = time.perf_counter()
+                logits = window_logits(model, write_window(canvas[act], cols[act], win[act], real[act]), attn_c[act],
+                                       cols[act])
+                secs += time.perf_counter() - t0
+                spent.index_add_(0, src[act], torch.ones_like(act))
+                if t < int(self.advance):  # kept: the winner's is the loop's next forward
+                    if snap_logits is None:
+                        snap_logits = logits.new_zeros((win.shape[0], *logits.shape[1:]))
+                    snap_logits[act], snap_win[act], snap_ran[act], snap_t[act] = logits, win[act], True, t
+                still = (win[act] == mask_id) & region[act]
+                logits = suppress_mask_logit(logits, mask_id)
+                logp = torch.log_softmax(logits.float(), dim=-1)
+                best_lp, pred = logp.max(-1)
+                if self.rollout == "controller" and controller is not None:
+                    fill = self._controller_fill(controller, logits, still, win[act], src[act], f, state, t)
+                else:
+                    fill = self._policy_fill(best_lp.exp(), still)
+                del logp
+                last = depth[act] == t + 1
+                if complete:
+                    fill = fill | (still & last[:, None])
+                fill = fill & still
+                win[act] = torch.where(fill, pred, win[act])
+                lp_rec[act] = torch.where(fill, best_lp, lp_rec[act])
+                lp_mask[act] = lp_mask[act] | fill
+            idx = sel.nonzero().squeeze(1)
+            done = write_window(canvas[idx], cols[idx], win[idx], real[idx])
+            if self.rescore == "pll":
+                t0 = time.perf_counter()
+                pll, cost = verification_logits(model, done, attn_c[idx], cols[idx], region[idx] & real[idx])
+                secs += time.perf_counter() - t0
+                spent.index_add_(0, src[idx], cost)
+                if pll is not None:
+                    inside = region[idx] & real[idx]
+                    lp_rec[idx] = torch.where(inside, token_logprob(suppress_mask_logit(pll, mask_id), win[idx]),
+                                              lp_rec[idx])
+                    lp_mask[idx] = inside
+            cands = rollout_candidates(done, cols[idx], real[idx], lp_rec[idx], lp_mask[idx], f, src[idx], state,
+                                       mask_id, x)
+            scores[idx] = scorer.score(cands, context).to(dev).float()
         grid = torch.full((r_cnt, w), float("-inf"), device=dev)
-        grid[src_plan, cand_j] = scores.to(dev).float() + float(self.hold_bonus) * plan.hold[src_plan, cand_j].float()
+        grid[src_plan, cand_j] = scores + float(self.hold_bonus) * is_hold.float()
         best = grid.argmax(1)
         at = torch.full((r_cnt, w), -1, dtype=torch.long, device=dev)
         at[src_plan, cand_j] = torch.arange(flat.numel(), device=dev)

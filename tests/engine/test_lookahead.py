@@ -179,6 +179,42 @@ def test_advance_commits_the_winners_first_rollout_fill_and_hands_back_the_forwa
     assert two.extra_nfe.tolist() == one.extra_nfe.tolist()  # the same rollouts ran; only what is kept differs
 
 
+class TokenAt(Scorer):
+    """Test scorer, a property of each candidate alone: 0 if generation position ``pos`` holds ``token``, else −1."""
+
+    params: dict = {}
+
+    def __init__(self, pos: int = 0, token: int = 0) -> None:
+        self.pos, self.token = pos, token
+
+    def _score(self, c, ctx):
+        return (c.tokens[:, self.pos] == self.token).float() - 1.0
+
+
+@pytest.mark.parametrize("toy,scorers", [
+    ("garden", [TokenAt(0, t) for t in (0, 1, 2)] + [TokenAt(1, t) for t in (3, 4, 5)]),
+    ("orchard", [TokenAt(2, t) for t in (2, 6)] + ["logprob"]),
+])
+def test_lazy_rolls_out_the_others_only_when_the_hold_can_lose_same_tokens_fewer_forwards(toy, scorers):
+    spec, prompt = (GARDEN, PROMPT) if toy == "garden" else (ORCHARD, [9])
+    g = len(spec["answers"][0])
+    saved = 0
+    for scorer in scorers:
+        for bonus in (0.0, 0.6):
+            runs = []
+            for lazy in (False, True):
+                m = JointDenoiser(**spec)
+                la = Lookahead(scorer=scorer, width=3, rollout="controller", max_depth=4, hold_bonus=bonus, lazy=lazy)
+                res = decode(m, [prompt], ladder(), DecodeConfig(gen_length=g, lookahead_budget=1000), lookahead=la)
+                assert int(res.nfe.sum()) == m.rows_seen
+                runs.append(res)
+            eager, lazy_ = runs
+            assert lazy_.generated.tolist() == eager.generated.tolist(), (scorer, bonus)
+            assert lazy_.nfe.item() <= eager.nfe.item()
+            saved += eager.nfe.item() - lazy_.nfe.item()
+    assert saved > 0  # some hold rollouts were sure winners and the others never ran
+
+
 def test_branch_position_is_committed_only_when_the_winning_rollout_commits_it():
     m = garden()
     x = torch.tensor([[7, 9, 9, 9]])
