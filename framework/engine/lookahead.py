@@ -14,7 +14,8 @@ At a step where the controller asks for depth ``d_b > 0`` (``Decision.depth``) a
    or more branch positions, ``verify`` re-scores each branch token given the others
    (pseudo-likelihood, one forward per branch position), since marginals cannot see coupling.
 3. **Rollouts as extra batch rows**: candidate c starts from x_t with its first step written,
-   then runs up to d forwards of a fill policy (greedy tokens; a rollout whose block is full
+   then runs up to d forwards of a fill policy (greedy tokens, sampled as the loop samples at
+   temperature > 0; a rollout whose block is full
    stops early): ``threshold`` fills the positions with confidence > ``rollout_threshold`` (at
    least one), ``sequential`` the most confident one, ``controller`` what the step's controller
    decides on a copy of its memory. After the last forward the rest of the block is filled
@@ -32,8 +33,9 @@ At a step where the controller asks for depth ``d_b > 0`` (``Decision.depth``) a
    the loop uses them instead of running that forward again. With ``advance`` a > 1 the winner's
    rollout is committed further: its first step and what its first a − 1 rollout forwards filled
    (never the greedy completion after its last forward), and its a-th forward (or its last, if it
-   ran fewer) is the one handed back. The rollout's tokens are greedy whatever the temperature,
-   and the controller's memory does not see the rollout steps committed this way.
+   ran fewer) is the one handed back. At temperature > 0 a rollout samples its tokens as the loop
+   does (keyed by sample, the rollout's step and position); the controller's memory does not see
+   the rollout steps committed this way.
 
 Cost: every rollout, verification and re-scoring forward is one NFE of its row (``extra_nfe``);
 the reused forward is not run twice. Budget: a row with ``budget_left`` extra NFE runs its C
@@ -62,7 +64,7 @@ from framework.core.params import Configurable, Param, ParameterError
 from framework.engine.controller import Decision, DecodeState
 from framework.engine.denoise import (suppress_mask_logit, supports_shadow, token_logprob, verification_logits,
                                      window_logits)
-from framework.engine.features import StepFeatures, compute_features
+from framework.engine.features import StepFeatures, compute_features, sample_tokens
 from framework.engine.scorer import Scorer, ScoringContext
 from framework.engine.lookahead_rows import (alternatives, rollout_candidates, stable_positions, step_token_logprob,
                                              window_index, window_valid, write_window)
@@ -358,6 +360,7 @@ class Lookahead(Configurable):
         snap_t = torch.zeros(win.shape[0], dtype=torch.long, device=dev)
         secs = 0.0
         complete = bool(self.complete) or self.rescore == "pll"
+        temperature = float(state.config.temperature)
         scorer, context = self.get_scorer(), self._context(state, model)
         scores = torch.full((win.shape[0],), float("-inf"), device=dev)
         is_hold = plan.hold[src_plan, cand_j]
@@ -390,7 +393,12 @@ class Lookahead(Configurable):
                 still = (win[act] == mask_id) & region[act]
                 logits = suppress_mask_logit(logits, mask_id)
                 logp = torch.log_softmax(logits.float(), dim=-1)
-                best_lp, pred = logp.max(-1)
+                if temperature > 0:  # the loop's own sampler, keyed by (sample, the rollout's step, position)
+                    pred = sample_tokens(logits, temperature, state.seeds[src[act]], f.step[src[act]] + t + 1,
+                                         f.position[src[act]])
+                    best_lp = logp.gather(-1, pred.unsqueeze(-1)).squeeze(-1)
+                else:
+                    best_lp, pred = logp.max(-1)
                 if self.rollout == "controller" and controller is not None:
                     fill = self._controller_fill(controller, logits, still, win[act], src[act], f, state, t)
                 else:
@@ -462,7 +470,7 @@ class Lookahead(Configurable):
             logits, eligible=still, masked=(win == state.mask_token_id) & f.eligible[src], rel=f.position[src],
             gen_length=g, block_start=f.block_start[src], block_end=f.block_end[src],
             block_index=f.block_index[src], block_masked_at_start=f.block_masked_at_start[src],
-            step=f.step[src] + t + 1, block_step=f.block_step[src] + t + 1, temperature=0.0,
+            step=f.step[src] + t + 1, block_step=f.block_step[src] + t + 1, temperature=state.config.temperature,
             seeds=state.seeds[src], window_index=window_index(f)[src],
         )
         sub = state.rows(src)  # a copy of the controller's memory: rollouts never leak into it

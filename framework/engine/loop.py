@@ -46,7 +46,8 @@ class DecodeResult:
     """Output of :func:`decode`.
 
     ``tokens`` is the whole ``[B, L]`` canvas, ``generated`` the ``[B, G]`` generation,
-    ``nfe`` forward passes per sample (rollouts included), ``steps`` decoding steps per sample,
+    ``nfe`` forward passes per sample (rollouts included), ``steps`` decoding steps per sample
+    (with the rollout steps a lookahead committed, ``Lookahead.advance``),
     ``lookahead_nfe`` the rollout part of ``nfe``, ``forced`` how many steps the loop had to add
     a token because the controller committed none, ``cache_refreshes`` the full forwards that
     refreshed the KV cache (part of ``nfe``; ``None`` counts as 0 with ``cache='none'``),
@@ -273,6 +274,7 @@ def decode(
         tokens = decision.tokens if decision.tokens is not None else feats.x0
         commit = decision.commit & feats.eligible
 
+        adopted = 0  # rollout steps the lookahead committed on top of this step (Lookahead.advance)
         if lookahead is not None and decision.depth is not None:
             budget_left = config.lookahead_budget - sub(la_nfe)
             la = lookahead.refine(model, xs, sub(attn), feats, decision, commit, tokens, sub_state, budget_left,
@@ -285,6 +287,7 @@ def decode(
                     pending[int(rows[r])] = (la.next_canvas[i], w_cols[r, : int(blen[r])], la.next_logits[i])
             fallbacks[rows] += la.fallback.long()
             forward_s += la.forward_seconds
+            adopted = getattr(la, "info", {}).get("advanced", 0)
 
         had_commit = commit.any(1)
         commit = ensure_progress(commit, feats.eligible, feats.confidence)
@@ -315,8 +318,8 @@ def decode(
             x[rows] = xs
             revocable[rows] = rev_s
         nfe[rows] += (~reused).long()
-        steps[rows] += 1
-        block_step[rows] += 1
+        steps[rows] += 1 + adopted
+        block_step[rows] += 1 + adopted
         if decision.next_block_length is not None:
             next_len[rows] = decision.next_block_length.to(next_len).clamp(min=1)
         if trace:

@@ -3,6 +3,7 @@ forward, respects the budget, falls back when a plug-in raises; the guards of th
 
 from __future__ import annotations
 
+import itertools
 import logging
 
 import pytest
@@ -125,25 +126,33 @@ ORCHARD = dict(answers=[[0, 1, 2, 3, 4, 5], [0, 1, 6, 3, 7, 5], [0, 2, 6, 4, 7, 
                weights=[0.3, 0.25, 0.2, 0.25], vocab_size=12, prompt_length=1)
 
 
-@pytest.mark.parametrize("rescore", ["none", "pll"])
-def test_advance_commits_the_winning_rollout_further_and_wastes_none_of_its_forwards(rescore):
+@pytest.mark.parametrize("rescore,temperature", [("none", 0.0), ("pll", 0.0), ("none", 1.0)])
+def test_advance_commits_the_winning_rollout_further_and_wastes_none_of_its_forwards(rescore, temperature):
     # the hold rollout always wins and rolls the controller itself out: whatever advance is, the
-    # decode is the controller's own, token for token; a larger advance takes fewer loop steps and
-    # fewer forwards, every one of them counted
-    cfg = DecodeConfig(gen_length=6, lookahead_budget=1000)
-    alone = decode(JointDenoiser(**ORCHARD), [[9]], ladder(), cfg)
-    runs = {}
-    for a in (1, 2, 4):
-        m = JointDenoiser(**ORCHARD)
-        la = Lookahead(scorer=PreferCandidate(0), width=2, rollout="controller", max_depth=4, advance=a,
-                       rescore=rescore)
-        res = decode(m, [[9]], ladder(), cfg, lookahead=la)
-        assert res.generated.tolist() == alone.generated.tolist(), a
-        assert int(res.nfe.sum()) == m.rows_seen and res.fallbacks.tolist() == [0]
-        runs[a] = res
-    assert runs[1].lookahead_nfe.item() > 0
-    assert runs[1].steps.item() == alone.steps.item() > runs[2].steps.item() > runs[4].steps.item()
-    assert runs[1].nfe.item() > runs[2].nfe.item() > runs[4].nfe.item()
+    # decode is the controller's own, token for token, and as many decoding steps (at temperature 1
+    # too: a rollout samples as the loop does); a larger advance runs fewer forwards, all counted
+    # six independent positions, token 0 with p = 0.6 and 1 with 0.4 whatever is decided: a sampler
+    # keeps sampling at every step (ORCHARD's marginals turn certain once a few positions are decided)
+    coins = [list(c) for c in itertools.product([0, 1], repeat=6)]
+    spec = dict(answers=coins, weights=[0.6 ** (6 - sum(c)) * 0.4 ** sum(c) for c in coins], vocab_size=12,
+                prompt_length=1)
+    answers, nfe = set(), {1: 0, 2: 0, 4: 0}
+    for seed in range(4 if temperature > 0 else 1):
+        cfg = DecodeConfig(gen_length=6, lookahead_budget=1000, temperature=temperature, seed=seed)
+        alone = decode(JointDenoiser(**spec), [[9]], ladder(), cfg)
+        answers.add(tuple(alone.generated[0].tolist()))
+        for a in nfe:
+            m = JointDenoiser(**spec)
+            la = Lookahead(scorer=PreferCandidate(0), width=2, rollout="controller", max_depth=4, advance=a,
+                           rescore=rescore)
+            res = decode(m, [[9]], ladder(), cfg, lookahead=la)
+            assert res.generated.tolist() == alone.generated.tolist(), (seed, a)
+            assert res.steps.tolist() == alone.steps.tolist(), (seed, a)
+            assert int(res.nfe.sum()) == m.rows_seen and res.fallbacks.tolist() == [0]
+            assert a > 1 or res.lookahead_nfe.item() > 0
+            nfe[a] += res.nfe.item()
+    assert nfe[1] > nfe[2] > nfe[4]
+    assert temperature == 0 or len(answers) > 1  # the seeds really sample
 
 
 def test_advance_commits_the_winners_first_rollout_fill_and_hands_back_the_forward_after_it():
