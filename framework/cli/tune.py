@@ -15,7 +15,8 @@ Storage (--storage): nothing = SQLite file OUT/STUDY.db; 'memory' (one process, 
 'journal:PATH' (Optuna JournalStorage on an append-only file, no server needed); any Optuna RDB
 URL (sqlite:///f.db, postgresql://user:pw@host/db, mysql://...); 'redis://host' (journal).
 Resuming: the same --study-name in the same storage continues the study; --n-trials is the
-study's total, so finished trials are never re-run. --workers N starts N processes on the storage.
+study's total, so finished trials are never re-run. --workers N starts N processes on the storage;
+the default point (a new study's first trial) runs in this process before they start.
 
 Rules: a trial is pruned when its accuracy on the first --prune-fraction of the validation
 examples is more than --prune-margin below sequential decoding's there; the exported point is the

@@ -195,6 +195,13 @@ def test_two_workers_share_one_storage(tmp_path):
     assert sorted(t.number for t in study.trials) == list(range(len(study.trials)))
     workers = {t.user_attrs["worker"].split(":")[0] for t in done}
     assert workers == {"0", "1"}  # both processes ran trials of the one study
+    # the enqueued default point ran in this process before the workers started, so no two workers
+    # could pop it (optuna/optuna#4621: "Cannot tell a COMPLETE trial" with SQLite)
+    import os
+
+    first = min(done, key=lambda t: t.number)
+    assert first.user_attrs["worker"] == f"0:{os.getpid()}"
+    assert [t.user_attrs["worker"] for t in done].count(f"0:{os.getpid()}") == 1
 
 
 def test_a_failing_worker_names_its_traceback_and_the_study_keeps_its_trials(tmp_path):
