@@ -127,14 +127,15 @@ def _plain(params: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(params, default=str))
 
 
-def _count_done(study: Any, study_name: Optional[str] = None) -> int:
-    """Finished (complete or pruned) trials of a study, or of ``study_name`` in a storage."""
+def _count_done(study: Any, study_name: Optional[str] = None, states: Optional[tuple] = None) -> int:
+    """Finished (complete or pruned) trials of a study, or of ``study_name`` in a storage; ``states``
+    counts those states instead (``(TrialState.WAITING,)``: enqueued trials no worker took yet)."""
     import optuna
     from optuna.trial import TrialState
 
     if study_name is not None:
         study = optuna.load_study(study_name=study_name, storage=study)
-    return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)))
+    return len(study.get_trials(deepcopy=False, states=states or (TrialState.COMPLETE, TrialState.PRUNED)))
 
 
 def run_worker(settings: TuneSettings, storage: Any, study_name: str, n_trials: int, seed: int,

@@ -287,7 +287,9 @@ def _run_workers(settings: TuneSettings, storage_spec: Any, store: Any, study_na
     # enqueued trials (the default point) run here first: two processes can pop the same waiting
     # trial from an SQLite storage, and the second then fails ("Cannot tell a COMPLETE trial",
     # optuna/optuna#4621)
-    waiting = _count_waiting(store, study_name)
+    from optuna.trial import TrialState
+
+    waiting = _count_done(store, study_name, states=(TrialState.WAITING,))
     if waiting:
         run_worker(settings, store, study_name, min(n_trials, before + waiting), seed, 0, None, verbose, loaded)
     failures = ctx.SimpleQueue()  # a failing worker's traceback, so that the error says why
@@ -307,14 +309,6 @@ def _run_workers(settings: TuneSettings, storage_spec: Any, store: Any, study_na
         raise RuntimeError(f"tuning worker(s) failed: {', '.join(bad)}; the study keeps what they finished"
                            + ("\n" + "\n".join(why) if why else ""))
     return _count_done(store, study_name) - before
-
-
-def _count_waiting(store: Any, study_name: str) -> int:
-    import optuna
-    from optuna.trial import TrialState
-
-    study = optuna.load_study(study_name=study_name, storage=store)
-    return len(study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
 
 
 def _worker_process(failures: Any, *args: Any) -> None:
