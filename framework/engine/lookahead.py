@@ -393,15 +393,16 @@ class Lookahead(Configurable):
                 still = (win[act] == mask_id) & region[act]
                 logits = suppress_mask_logit(logits, mask_id)
                 logp = torch.log_softmax(logits.float(), dim=-1)
+                by_controller = self.rollout == "controller" and controller is not None
+                if by_controller:  # its features already hold the step's sample (x0) at temperature > 0
+                    fill, x0 = self._controller_fill(controller, logits, still, win[act], src[act], f, state, t)
                 if temperature > 0:  # the loop's own sampler, keyed by (sample, the rollout's step, position)
-                    pred = sample_tokens(logits, temperature, state.seeds[src[act]], f.step[src[act]] + t + 1,
-                                         f.position[src[act]])
+                    pred = x0 if by_controller else sample_tokens(
+                        logits, temperature, state.seeds[src[act]], f.step[src[act]] + t + 1, f.position[src[act]])
                     best_lp = logp.gather(-1, pred.unsqueeze(-1)).squeeze(-1)
                 else:
                     best_lp, pred = logp.max(-1)
-                if self.rollout == "controller" and controller is not None:
-                    fill = self._controller_fill(controller, logits, still, win[act], src[act], f, state, t)
-                else:
+                if not by_controller:
                     fill = self._policy_fill(best_lp.exp(), still)
                 del logp
                 last = depth[act] == t + 1
@@ -464,7 +465,9 @@ class Lookahead(Configurable):
         return (still & (conf > self.rollout_threshold)) | best
 
     def _controller_fill(self, controller: Any, logits: torch.Tensor, still: torch.Tensor, win: torch.Tensor,
-                         src: torch.Tensor, f: StepFeatures, state: DecodeState, t: int) -> torch.Tensor:
+                         src: torch.Tensor, f: StepFeatures, state: DecodeState, t: int
+                         ) -> tuple[torch.Tensor, torch.Tensor]:
+        """What the controller fills on the rollout's canvas, and the step's predicted tokens (x0)."""
         g = state.config.gen_length
         feats = compute_features(
             logits, eligible=still, masked=(win == state.mask_token_id) & f.eligible[src], rel=f.position[src],
@@ -476,7 +479,7 @@ class Lookahead(Configurable):
         sub = state.rows(src)  # a copy of the controller's memory: rollouts never leak into it
         sub.extras["canvas"] = win
         d = controller.decide(feats, sub)
-        return ensure_progress(d.commit & still, still, feats.confidence)
+        return ensure_progress(d.commit & still, still, feats.confidence), feats.x0
 
     def _context(self, state: DecodeState, model: Any) -> ScoringContext:
         base = self.context or ScoringContext()
