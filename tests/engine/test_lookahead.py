@@ -158,7 +158,7 @@ def test_advance_commits_the_winning_rollout_further_and_wastes_none_of_its_forw
 def test_advance_commits_the_winners_first_rollout_fill_and_hands_back_the_forward_after_it():
     m = JointDenoiser(**ORCHARD)
     x = torch.tensor([[9] + [11] * 6])
-    f = _features_masked(m, x)
+    f = _features(m, x)
     commit = torch.zeros_like(x, dtype=torch.bool)
     d = Decision(commit=commit, k=torch.full_like(x, 3), depth=torch.tensor([3]))
     state = DecodeState(config=DecodeConfig(gen_length=6), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=11)
@@ -359,7 +359,8 @@ def _features(m, x):
     from framework.engine.features import compute_features
 
     g = x.shape[1] - 1
-    return compute_features(m(x), eligible=x == 9, masked=x == 9, rel=torch.arange(x.shape[1])[None] - 1, gen_length=g,
+    masked = x == m.mask_token_id
+    return compute_features(m(x), eligible=masked, masked=masked, rel=torch.arange(x.shape[1])[None] - 1, gen_length=g,
                             block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), g),
                             block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), g),
                             step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
@@ -416,18 +417,6 @@ def test_two_branch_positions_find_the_joint_mode_through_pseudo_likelihood():
                   lookahead=Lookahead(scorer="logprob", width=9, positions=2, verify=False, hold=False,
                                       rescore="none"))
     assert res2.generated.tolist() == [[0, 3, 6]]
-
-
-def _features_masked(m, x):
-    from framework.engine.features import compute_features
-
-    g = x.shape[1] - 1
-    masked = x == m.mask_token_id
-    return compute_features(m(x), eligible=masked, masked=masked, rel=torch.arange(x.shape[1])[None] - 1,
-                            gen_length=g, block_start=torch.zeros(1, dtype=torch.long),
-                            block_end=torch.full((1,), g), block_index=torch.zeros(1, dtype=torch.long),
-                            block_masked_at_start=torch.full((1,), g), step=torch.zeros(1, dtype=torch.long),
-                            block_step=torch.zeros(1, dtype=torch.long))
 
 
 def test_lookahead_parameters_validate():
