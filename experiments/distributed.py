@@ -192,13 +192,39 @@ def _spawned(rank: int, fn: Callable[..., Any], world_size: int, port: int, back
                       WORLD_SIZE=str(world_size), LOCAL_RANK=str(rank))
     torch.set_num_threads(threads)
     ctx = init_from_env(backend)
+    finished = False
     try:
         out = fn(ctx, *args)
         if ctx.is_main:
             with open(result_path, "wb") as fh:
                 pickle.dump(out, fh)
+        finished = True
     finally:
+        if finished:  # no rank tears the group down while another still talks to it
+            torch.distributed.barrier()
         torch.distributed.destroy_process_group()
+    _exit_now()
+
+
+def _exit_now() -> None:
+    """End a spawned rank without the interpreter's shutdown.
+
+    Gloo's C++ worker threads can still hold work objects (and tensors with Python references) after
+    ``destroy_process_group``; destroying them while the interpreter is finalized aborts the process
+    now and then ("terminate called without an active exception", SIGABRT; pytorch/pytorch#190489,
+    #179291), which failed a run whose results were already written. Everything this rank had to do
+    is done and on disk, so it flushes its streams and logs and leaves with status 0.
+    """
+    import logging
+    import sys
+
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(0)
 
 
 def spawn(fn: Callable[..., Any], nprocs: int, *args: Any, backend: str = "gloo", threads: int = 1) -> Any:
