@@ -112,6 +112,36 @@ def test_multigpu_experiment_on_a_small_llada_checkpoint_two_processes(tmp_path)
     assert {r["kind"] for r in two.rows} >= {"reference", "baseline", "heuristic", "oracle"}
 
 
+SPAWN_SCRIPT = """
+import sys
+from experiments.distributed import spawn
+
+def hello(ctx, word):
+    out = ctx.gather(ctx.rank)
+    print(f"rank {ctx.rank} of {ctx.world_size} says {word} to {out}")  # not flushed: a pipe buffers it
+    return sum(out)
+
+if __name__ == "__main__":
+    print("result", spawn(hello, 2, "hi"))
+"""
+
+
+@pytest.mark.ddp
+def test_spawned_ranks_leave_cleanly_and_keep_what_they_printed(tmp_path):
+    """A spawned rank skips the interpreter's shutdown (gloo's threads aborted it there now and then), so it
+    must flush its own output first: both ranks' unflushed lines reach a piped stdout and spawn returns."""
+    script = tmp_path / "hello.py"
+    script.write_text(SPAWN_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # block-buffered, as usual on a pipe
+    env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert "rank 0 of 2 says hi to [0, 1]" in lines and "rank 1 of 2 says hi to [0, 1]" in lines
+    assert lines[-1] == "result 1"
+
+
 @pytest.mark.ddp
 def test_lightning_ddp_training_smoke_on_two_cpu_processes(tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
