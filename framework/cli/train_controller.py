@@ -33,7 +33,7 @@ Examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train-controller", help="train the learned (MLP) and logreg commit policies",
+    p = sub.add_parser("train-controller", help="train a learned commit policy (mlp, logreg, window transformer) by imitation, DAgger or RL",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", required=True, help="task name (see 'adec list tasks')")
     p.add_argument("--model", default=None, help="model name or folder (default: tiny-<task>)")
