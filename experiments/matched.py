@@ -16,6 +16,10 @@ decoding (the task's row of kind ``reference``) less ``tolerance`` (0.01, one po
 * with a learned curve (issue 13): the best learned curve over the best non-learned one (baseline,
   heuristic or tuned), target ≥ 1.3×, and over the oracle, target ≥ 0.85×.
 
+Tokens per forward is the mean over samples of G / NFE; each ratio line also gives the same two
+points' ratio of mean NFE (total tokens over total forwards), which a curve with a ragged NFE cannot
+inflate, where the two differ. The targets are judged on tokens per forward.
+
 Only a higher-is-better quality that is a fraction in [0, 1] is matched; any other task (perplexity,
 a task without a reference) gets a note instead of a table.
 """
@@ -48,7 +52,8 @@ def _target(num: Optional[dict], den: Optional[dict], target: float, strict: boo
     """``num``'s tokens per forward over ``den``'s against ``target`` (``strict``: ratio > target)."""
     value = num["tpf"] / den["tpf"] if num and den and den["tpf"] else None
     met = value is not None and (value > target + _EPS if strict else value >= target - _EPS)
-    return {"value": value, "target": target, "met": met,
+    forwards = den["nfe"] / num["nfe"] if num and den and num.get("nfe") and den.get("nfe") else None
+    return {"value": value, "target": target, "met": met, "forwards": forwards,
             "of": num["curve"] if num else None, "over": den["curve"] if den else None,
             "of_tpf": num["tpf"] if num else None, "over_tpf": den["tpf"] if den else None}
 
@@ -145,8 +150,10 @@ def noise_sentence(half: Optional[float], n: Optional[int], quality: str = "accu
 def _ratio_line(label: str, t: dict, target_text: str, missing: str) -> str:
     if t["value"] is None:
         return f"- {label}: – ({missing}; target {target_text}) ✗"
+    shown = t.get("forwards") and f"{t['forwards']:.2f}" != f"{t['value']:.2f}"  # only where the two differ
+    forwards = f"; in total forwards (mean NFE) {t['forwards']:.2f}×" if shown else ""
     return (f"- {label}: {t['of']} ({_num(t['of_tpf'], 2)}) / {t['over']} ({_num(t['over_tpf'], 2)}) = "
-            f"{t['value']:.2f}× (target {target_text}) {_mark(t)}")
+            f"{t['value']:.2f}× (target {target_text}{forwards}) {_mark(t)}")
 
 
 def matched_markdown(name: str, matched: dict, quality_metric: str = "accuracy") -> list[str]:

@@ -75,7 +75,7 @@ def test_matched_points_and_targets_by_hand(tmp_path):
     assert eb["quality"] is None and eb["nfe"] is None and eb["accuracy"] is None
     t = m["targets"]
     assert t["baseline_spread"] == {"value": pytest.approx(2.5), "target": 2.0, "met": True, "of": "fast_dllm",
-                                    "over": "llada", "of_tpf": 4.0, "over_tpf": 1.6}
+                                    "over": "llada", "of_tpf": 4.0, "over_tpf": 1.6, "forwards": pytest.approx(2.5)}
     assert t["oracle_room"]["value"] == pytest.approx(2.0) and t["oracle_room"]["met"]  # 8 / 4: exactly the target
     assert (t["oracle_room"]["of"], t["oracle_room"]["over"]) == ("oracle", "fast_dllm")
     c = t["controllers"]
@@ -195,6 +195,13 @@ def test_issue_13_learned_targets_on_the_hand_made_sudoku(tmp_path):
     assert "best learned / best non-learned (baseline, heuristic, tuned): window_policy (6.80) / margin (5.00) = 1.36× (target ≥ 1.3×) ✓" in md
     # no learned curve, no learned targets
     assert "learned" not in matched_points(task_rows(ADDITION, tmp_path / "a"))["targets"]
+    # a ragged NFE: the same mean NFE as the ρ 6.8 curve's, a mean G / NFE of 9 (easy samples cost little):
+    # per sample 1.80× the margin rule, in total forwards still 1.36×, and the line says both
+    ragged = [dict(r, tpf=9.0) if r["strategy"] == "window_policy" else r for r in task_rows(fast, tmp_path / "r")]
+    t = matched_points(ragged)["targets"]["learned"]["over_non_learned"]
+    assert t["value"] == pytest.approx(9.0 / 5) and t["forwards"] == pytest.approx(6.8 / 5)
+    md = "\n".join(matched_markdown("sudoku", matched_points(ragged)))
+    assert "window_policy (9.00) / margin (5.00) = 1.80× (target ≥ 1.3×; in total forwards (mean NFE) 1.36×) ✓" in md
 
 
 def test_learned_table_puts_the_best_learned_beside_the_best_non_learned_and_the_oracle(tmp_path):
