@@ -163,7 +163,7 @@ def compare_markdown(name: str, result: dict) -> list[str]:
         vals = [q["variant"], q["base"], _f(q["accuracy"], 3), _f(q["nfe"], 2), _f(q["tpf"], 2),
                 f"{q['base_at_nfe'] or '–'} ({_f(q['base_acc_at_nfe'], 3)})", _f(q["delta_points"], 1, signed=True),
                 f"{q['base_at_acc'] or '–'} ({_f(q['base_tpf_at_acc'], 2)})", _f(q["tpf_ratio"], 2),
-                _f(q.get("nfe_ratio"), 2)]
+                _f(q["nfe_ratio"], 2)]
         md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
     t = result["targets"]
     mark = lambda ok: "✓" if ok else "✗"  # noqa: E731
