@@ -108,7 +108,7 @@ def add_decoding_args(p: argparse.ArgumentParser, *, default_controller: str = "
 #: the keys of ``--lookahead`` (``Lookahead.params``; a test keeps this list complete without importing
 #: the engine when the parser is built)
 LOOKAHEAD_OPTIONS = ("width", "positions", "branch", "rollout", "rollout_threshold", "max_depth", "complete",
-                     "verify", "hold", "hold_bonus", "rescore", "advance", "lazy")
+                     "verify", "hold", "hold_bonus", "rescore", "advance", "lazy", "escalate")
 
 
 def add_lookahead_args(p: argparse.ArgumentParser) -> None:

@@ -10,7 +10,11 @@ At a step where the controller asks for depth ``d_b > 0`` (``Decision.depth``) a
 2. **Candidate first steps**: with ``hold`` (the default) candidate 0 is the controller's own
    decision with U_b left masked; the others add a joint assignment of U_b, each position taking
    one of its top-k_i tokens (k_i = ``Decision.k``, capped by ``width``), ranked by summed
-   log-probability, the all-top-1 assignment first. ``width`` counts every candidate. With two
+   log-probability, the all-top-1 assignment first. With ``escalate`` [τ_1, τ_2, …] an escalation
+   candidate per level follows the hold: its first step and its rollout commit what Fast-dLLM's
+   threshold rule at τ_e commits (at least one position), a stricter rule than the controller's, so
+   the search can answer "commit less here" as well as "commit this token". ``width`` counts every
+   candidate. With two
    or more branch positions, ``verify`` re-scores each branch token given the others
    (pseudo-likelihood, one forward per branch position), since marginals cannot see coupling.
 3. **Rollouts as extra batch rows**: candidate c starts from x_t with its first step written,
@@ -64,11 +68,12 @@ from framework.core.params import Configurable, Param, ParameterError
 from framework.engine.controller import Decision, DecodeState
 from framework.engine.denoise import (suppress_mask_logit, supports_shadow, token_logprob, verification_logits,
                                      window_logits)
-from framework.engine.features import StepFeatures, compute_features, sample_tokens
+from framework.engine.features import StepFeatures, sample_tokens
 from framework.engine.scorer import Scorer, ScoringContext
-from framework.engine.lookahead_rows import (alternatives, rollout_candidates, stable_positions, step_token_logprob,
-                                             window_index, window_valid, write_window)
-from framework.engine.selection import ensure_progress, select_topk
+from framework.engine.lookahead_rows import (alternatives, controller_fill, rollout_candidates, stable_positions,
+                                             step_token_logprob, threshold_fill, verify_branch_tokens, window_index,
+                                             window_valid, write_window)
+from framework.engine.selection import select_topk
 
 logger = logging.getLogger(__name__)
 
@@ -104,6 +109,7 @@ class _Plan:
     cand_ok: torch.Tensor  # [R, W] candidate exists
     depth: torch.Tensor  # [R] rollout steps
     hold: torch.Tensor  # [R, W] candidate leaves the branch positions masked
+    esc: torch.Tensor  # [R, W] escalation level (1, 2, …) of an escalation candidate, 0 otherwise
 
 
 class Lookahead(Configurable):
@@ -133,9 +139,14 @@ class Lookahead(Configurable):
         advance: steps of the winning rollout committed (a): 1 commits its first step only; a > 1
             also what its first a − 1 rollout forwards filled, so the forwards that chose them are
             decode steps, not discarded work.
-        lazy: roll out and score the hold candidate first, and the other candidates of a row only if
-            the hold's score plus ``hold_bonus`` is below the scorer's upper bound (0 for the built-in
-            scorers), so that another could still win: the same winner, fewer forwards.
+        lazy: roll the candidates out in order (the hold, each escalation, then the branch candidates)
+            and stop a row at the first whose score (plus ``hold_bonus`` for the hold) reaches the
+            scorer's upper bound (0 for the built-in scorers): no later one can beat it, so the winner
+            is the same, with fewer forwards.
+        escalate: confidence thresholds τ_e in (0, 1] of escalation candidates, in order: each commits
+            and rolls out by the threshold rule at τ_e (e.g. ``[0.99]``: when the controller's own
+            continuation fails the scorer, try committing only what is near-certain); ``width`` must
+            leave room for them.
         context: a :class:`framework.engine.scorer.ScoringContext` (tokenizer, prompt texts, meta);
             per-call values in ``state.extras`` (``tokenizer``, ``meta``, ``prompt_text``) win.
     """
@@ -153,7 +164,9 @@ class Lookahead(Configurable):
         "hold_bonus": Param(float, low=0.0, doc="added to the hold candidate's score (a branch commit must win by more)"),
         "rescore": Param(str, choices=RESCORES, doc="joint score of completed rollouts: pll | none"),
         "advance": Param(int, low=1, high=64, doc="rollout steps of the winner committed (1: its first step only)"),
-        "lazy": Param(bool, doc="roll the hold candidate out first; the others only if it can still lose"),
+        "lazy": Param(bool, doc="roll candidates out in order; a sample stops at one that reaches the scorer's bound"),
+        "escalate": Param(list, nullable=True,
+                          doc="thresholds τ_e in (0, 1] of escalation candidates (stricter commit rules), after the hold"),
     }
 
     def __init__(
@@ -172,6 +185,7 @@ class Lookahead(Configurable):
         rescore: str = "pll",
         advance: int = 1,
         lazy: bool = False,
+        escalate: Optional[list] = None,
         context: Optional[ScoringContext] = None,
     ) -> None:
         self.scorer = scorer
@@ -188,6 +202,7 @@ class Lookahead(Configurable):
         self.rescore = rescore
         self.advance = advance
         self.lazy = lazy
+        self.escalate = escalate
         self.context = context
 
     def check_combination(self) -> None:
@@ -195,8 +210,22 @@ class Lookahead(Configurable):
             raise ParameterError(f"Lookahead.scorer={self.scorer!r} is not allowed; allowed: a Scorer or a spec string")
         if self.rollout != "threshold" and self.rollout_threshold != 0.9:
             self.warn_no_effect("rollout_threshold", f"rollout={self.rollout!r} does not use a threshold")
+        esc = self.levels()
+        bad = [t for t in esc if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0.0 < t <= 1.0]
+        if bad:
+            raise ParameterError(f"Lookahead.escalate={self.escalate!r} is not allowed (bad: {bad!r}); allowed: a list "
+                                 f"of confidence thresholds in (0, 1], e.g. [0.99]")
+        if esc and int(self.hold) + len(esc) > self.width:
+            raise ParameterError(f"Lookahead.width={self.width} leaves no room for escalate={esc!r}"
+                                 f"{' and the hold candidate' if self.hold else ''}; allowed: width >= "
+                                 f"{int(self.hold) + len(esc)}")
         if self.advance > self.max_depth:
             self.warn_no_effect("advance", f"a rollout runs at most max_depth={self.max_depth} forwards")
+
+    def levels(self) -> list:
+        """The escalation thresholds τ_e in order (a single number reads as one level)."""
+        esc = self.escalate
+        return [] if esc is None else list(esc) if isinstance(esc, (list, tuple)) else [esc]
 
     def get_scorer(self) -> Scorer:
         if isinstance(self.scorer, str):
@@ -245,9 +274,10 @@ class Lookahead(Configurable):
         new_tokens[r] = torch.where(take, win, tokens[r])
         new_commit[r] = take
         info = {name: torch.full((b,), -1 if name == "best" else 0, dtype=torch.long, device=x.device)
-                for name in ("best", "candidates", "depth", "held", "advanced")}
+                for name in ("best", "candidates", "depth", "held", "advanced", "escalated")}
         info["best"][r], info["candidates"][r], info["depth"][r] = best, plan.cand_ok.sum(1), plan.depth
         info["held"][r], info["advanced"][r] = plan.hold[ar, best].long(), advanced
+        info["escalated"][r] = plan.esc[ar, best]
         out = LookaheadResult(tokens=new_tokens, commit=new_commit, extra_nfe=spent, fallback=fallback,
                               forward_seconds=secs, info=info)
         if logits is not None and ran.any():
@@ -290,16 +320,19 @@ class Lookahead(Configurable):
         lp = alt_lp.gather(2, idx)  # [R, m, C]
         lp = torch.where(ok[:, :, None], lp, torch.zeros_like(lp)).sum(1)  # [R, C]
         valid = (combos.t().unsqueeze(0) < k_at[:, :, None]).all(1)  # [R, C]
-        held = int(bool(self.hold))
-        w = min(int(self.width) - held, c)
+        held, n_esc = int(bool(self.hold)), len(self.levels())
+        w = min(int(self.width) - held - n_esc, c)
         ranked = torch.where(valid, lp, torch.full_like(lp, float("-inf")))
         order = torch.argsort(ranked, dim=1, descending=True, stable=True)[:, :w]  # combo 0 (all top-1) first
-        if held:  # candidate 0: the controller's decision alone (its tokens are placeholders, never written)
-            order = torch.cat([torch.zeros_like(order[:, :1]), order], dim=1)
+        # candidate 0: the controller's decision alone; then the escalations (their tokens are placeholders)
+        order = torch.cat([order.new_zeros(order.shape[0], held + n_esc), order], dim=1)
         cand_ok = valid.gather(1, order)
+        cand_ok[:, : held + n_esc] = True
         hold = torch.zeros_like(cand_ok)
         hold[:, :held] = True
-        w += held
+        esc = torch.zeros_like(order)
+        esc[:, held: held + n_esc] = torch.arange(1, n_esc + 1, device=dev)
+        w += held + n_esc
         cand_idx = combos[order]  # [R, W, m]
         cand_tokens = alt_ids.unsqueeze(1).expand(-1, w, -1, -1).gather(3, cand_idx.unsqueeze(-1)).squeeze(-1)
         cand_logp = alt_lp.unsqueeze(1).expand(-1, w, -1, -1).gather(3, cand_idx.unsqueeze(-1)).squeeze(-1)
@@ -318,7 +351,7 @@ class Lookahead(Configurable):
         if not keep.any():
             return None
         return _Plan(rows=rows[keep], branch_pos=pos[keep], branch_ok=ok[keep], cand_tokens=cand_tokens[keep],
-                     cand_logp=cand_logp[keep], cand_ok=cand_ok[keep], depth=d[keep], hold=hold[keep])
+                     cand_logp=cand_logp[keep], cand_ok=cand_ok[keep], depth=d[keep], hold=hold[keep], esc=esc[keep])
 
     # ------------------------------------------------------------------ 3-5: rollouts, joint scores, ranking
     def _rollout_and_rank(
@@ -343,8 +376,17 @@ class Lookahead(Configurable):
         win = torch.where(commit, tokens, x.gather(1, window_index(f)))[src]
         lp_rec = torch.where(commit, base_lp, torch.zeros_like(base_lp))[src]
         lp_mask = commit[src].clone()
+        lvl = plan.esc[src_plan, cand_j]  # escalation level per candidate row, 0 for the others
+        is_esc, n_esc = lvl > 0, len(self.levels())
+        taus = torch.tensor([0.0] + [float(t) for t in self.levels()], device=dev)[lvl]  # [N] τ_e
+        if is_esc.any():  # an escalation's first step: Fast-dLLM's threshold rule at τ_e on the step's tokens
+            e = is_esc.nonzero().squeeze(1)
+            first = threshold_fill(f.confidence[src[e]].float(), f.eligible[src[e]], taus[e])
+            win[e] = torch.where(first, f.x0[src[e]], x[src[e]].gather(1, window_index(f)[src[e]]))
+            lp_rec[e] = torch.where(first, step_token_logprob(f, f.x0)[src[e]], torch.zeros_like(lp_rec[e]))
+            lp_mask[e] = first
         bpos = plan.branch_pos[src_plan]
-        bok = plan.branch_ok[src_plan] & ~plan.hold[src_plan, cand_j][:, None]
+        bok = plan.branch_ok[src_plan] & ~(plan.hold[src_plan, cand_j] | is_esc)[:, None]
         btok = plan.cand_tokens[src_plan, cand_j]
         blp = plan.cand_logp[src_plan, cand_j]
         win.scatter_(1, bpos, torch.where(bok, btok, win.gather(1, bpos)))
@@ -364,18 +406,19 @@ class Lookahead(Configurable):
         scorer, context = self.get_scorer(), self._context(state, model)
         scores = torch.full((win.shape[0],), float("-inf"), device=dev)
         is_hold = plan.hold[src_plan, cand_j]
-        lazy = bool(self.lazy) and bool(is_hold.any())
-        for phase in ((is_hold, ~is_hold) if lazy else (torch.ones_like(is_hold),)):
-            sel = phase
-            if lazy and phase is not is_hold:  # rows whose hold rollout wins whatever the others score
-                sure = torch.zeros(r_cnt, dtype=torch.bool, device=dev)
-                sure[src_plan[is_hold]] = scores[is_hold] + float(self.hold_bonus) >= scorer.bounds()[1]
-                sel = phase & ~sure[src_plan]
+        bonus = float(self.hold_bonus) * is_hold.float()
+        phases = ([is_hold] + [lvl == i for i in range(1, n_esc + 1)] + [~is_hold & ~is_esc] if self.lazy
+                  else [torch.ones_like(is_hold)])  # lazy: the hold, each escalation, then the branch candidates
+        for phase in phases:
+            # a row stops at a candidate that reaches the scorer's bound: no later one beats it (ties go first)
+            sure = torch.zeros(r_cnt, dtype=torch.bool, device=dev)
+            sure[src_plan[scores + bonus >= scorer.bounds()[1]]] = True
+            sel = phase & ~sure[src_plan]
             if not sel.any():
                 continue
             if self.verify and bpos.shape[1] >= 2:
-                secs += self._verify(model, canvas, cols, real, win, attn_c, bpos, bok & sel[:, None], btok, lp_rec,
-                                     src, spent, mask_id)
+                secs += verify_branch_tokens(model, canvas, cols, real, win, attn_c, bpos, bok & sel[:, None], btok,
+                                             lp_rec, src, spent, mask_id)
             for t in range(int(depth[sel].max())):
                 open_ = ((win == mask_id) & region).any(1)
                 act = ((depth > t) & open_ & sel).nonzero().squeeze(1)  # a finished rollout stops early
@@ -395,7 +438,7 @@ class Lookahead(Configurable):
                 logp = torch.log_softmax(logits.float(), dim=-1)
                 by_controller = self.rollout == "controller" and controller is not None
                 if by_controller:  # its features already hold the step's sample (x0) at temperature > 0
-                    fill, x0 = self._controller_fill(controller, logits, still, win[act], src[act], f, state, t)
+                    fill, x0 = controller_fill(controller, logits, still, win[act], src[act], f, state, t)
                 if temperature > 0:  # the loop's own sampler, keyed by (sample, the rollout's step, position)
                     pred = x0 if by_controller else sample_tokens(
                         logits, temperature, state.seeds[src[act]], f.step[src[act]] + t + 1, f.position[src[act]])
@@ -404,6 +447,8 @@ class Lookahead(Configurable):
                     best_lp, pred = logp.max(-1)
                 if not by_controller:
                     fill = self._policy_fill(best_lp.exp(), still)
+                if is_esc[act].any():  # an escalation rolls out under its own threshold rule
+                    fill = torch.where(is_esc[act][:, None], threshold_fill(best_lp.exp(), still, taus[act]), fill)
                 del logp
                 last = depth[act] == t + 1
                 if complete:
@@ -428,7 +473,7 @@ class Lookahead(Configurable):
                                        mask_id, x)
             scores[idx] = scorer.score(cands, context).to(dev).float()
         grid = torch.full((r_cnt, w), float("-inf"), device=dev)
-        grid[src_plan, cand_j] = scores + float(self.hold_bonus) * is_hold.float()
+        grid[src_plan, cand_j] = scores + bonus
         best = grid.argmax(1)
         at = torch.full((r_cnt, w), -1, dtype=torch.long, device=dev)
         at[src_plan, cand_j] = torch.arange(flat.numel(), device=dev)
@@ -438,48 +483,11 @@ class Lookahead(Configurable):
         return best, secs, (chosen, write_window(canvas[pick], cols[pick], chosen, real[pick]), logits_out,
                             snap_ran[pick], snap_t[pick])
 
-    def _verify(self, model: Any, canvas: torch.Tensor, cols: torch.Tensor, real: torch.Tensor, win: torch.Tensor,
-                attn: torch.Tensor,
-                bpos: torch.Tensor, bok: torch.Tensor, btok: torch.Tensor, lp_rec: torch.Tensor, src: torch.Tensor,
-                spent: torch.Tensor, mask_id: int) -> float:
-        """Pseudo-likelihood of the branch tokens: log p(v_i | x with the other branch tokens), in place."""
-        n, m = bpos.shape
-        rows = bok.reshape(-1).nonzero().squeeze(1)  # (candidate, branch position) pairs, one forward each
-        cand, j = rows // m, rows % m
-        pos = bpos[cand, j]
-        probe = win[cand].clone()
-        probe[torch.arange(rows.numel(), device=probe.device), pos] = mask_id
-        at_col = cols[cand].gather(1, pos[:, None])  # [n·m, 1] the probed canvas column
-        t0 = time.perf_counter()
-        at = window_logits(model, write_window(canvas[cand], cols[cand], probe, real[cand]), attn[cand], at_col)[:, 0]  # [n·m, V]
-        secs = time.perf_counter() - t0
-        spent.index_add_(0, src[cand], torch.ones_like(cand))
-        lp = torch.log_softmax(at.float(), dim=-1).gather(1, btok[cand, j].unsqueeze(1)).squeeze(1)
-        lp_rec[cand, pos] = lp
-        return secs
-
     def _policy_fill(self, conf: torch.Tensor, still: torch.Tensor) -> torch.Tensor:
         best = select_topk(conf, still, 1)
         if self.rollout == "sequential":
             return best
         return (still & (conf > self.rollout_threshold)) | best
-
-    def _controller_fill(self, controller: Any, logits: torch.Tensor, still: torch.Tensor, win: torch.Tensor,
-                         src: torch.Tensor, f: StepFeatures, state: DecodeState, t: int
-                         ) -> tuple[torch.Tensor, torch.Tensor]:
-        """What the controller fills on the rollout's canvas, and the step's predicted tokens (x0)."""
-        g = state.config.gen_length
-        feats = compute_features(
-            logits, eligible=still, masked=(win == state.mask_token_id) & f.eligible[src], rel=f.position[src],
-            gen_length=g, block_start=f.block_start[src], block_end=f.block_end[src],
-            block_index=f.block_index[src], block_masked_at_start=f.block_masked_at_start[src],
-            step=f.step[src] + t + 1, block_step=f.block_step[src] + t + 1, temperature=state.config.temperature,
-            seeds=state.seeds[src], window_index=window_index(f)[src],
-        )
-        sub = state.rows(src)  # a copy of the controller's memory: rollouts never leak into it
-        sub.extras["canvas"] = win
-        d = controller.decide(feats, sub)
-        return ensure_progress(d.commit & still, still, feats.confidence), feats.x0
 
     def _context(self, state: DecodeState, model: Any) -> ScoringContext:
         base = self.context or ScoringContext()

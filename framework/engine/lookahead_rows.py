@@ -3,12 +3,16 @@ alternatives, window/canvas bookkeeping and the rollouts as scorer :class:`Candi
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 import torch
 
 from framework.engine.controller import DecodeState
-from framework.engine.denoise import token_logprob
-from framework.engine.features import StepFeatures
+from framework.engine.denoise import token_logprob, window_logits
+from framework.engine.features import StepFeatures, compute_features
 from framework.engine.scorer import Candidates
+from framework.engine.selection import ensure_progress, select_topk
 
 
 def stable_positions(key: torch.Tensor, ok: torch.Tensor, m: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -86,3 +90,47 @@ def rollout_candidates(canvas: torch.Tensor, cols: torch.Tensor, real: torch.Ten
     source = sample[src] if isinstance(sample, torch.Tensor) else src
     return Candidates(tokens=gen, source=source.long(), prompt_ids=prompt, prompt_mask=pmask,
                       decided=gen != mask_id, logprobs=lp_rec.gather(1, gidx), logprob_mask=lp_mask.gather(1, gidx))
+
+
+def verify_branch_tokens(model: Any, canvas: torch.Tensor, cols: torch.Tensor, real: torch.Tensor, win: torch.Tensor,
+                         attn: torch.Tensor, bpos: torch.Tensor, bok: torch.Tensor, btok: torch.Tensor,
+                         lp_rec: torch.Tensor, src: torch.Tensor, spent: torch.Tensor, mask_id: int) -> float:
+    """Pseudo-likelihood of the branch tokens, log p(v_i | x with the other branch tokens), written into
+    ``lp_rec`` in place, one counted forward per (candidate, branch position); the seconds spent."""
+    n, m = bpos.shape
+    rows = bok.reshape(-1).nonzero().squeeze(1)  # (candidate, branch position) pairs, one forward each
+    cand, j = rows // m, rows % m
+    pos = bpos[cand, j]
+    probe = win[cand].clone()
+    probe[torch.arange(rows.numel(), device=probe.device), pos] = mask_id
+    at_col = cols[cand].gather(1, pos[:, None])  # [n·m, 1] the probed canvas column
+    t0 = time.perf_counter()
+    at = window_logits(model, write_window(canvas[cand], cols[cand], probe, real[cand]), attn[cand], at_col)[:, 0]
+    secs = time.perf_counter() - t0
+    spent.index_add_(0, src[cand], torch.ones_like(cand))
+    lp = torch.log_softmax(at.float(), dim=-1).gather(1, btok[cand, j].unsqueeze(1)).squeeze(1)
+    lp_rec[cand, pos] = lp
+    return secs
+
+
+def controller_fill(controller: Any, logits: torch.Tensor, still: torch.Tensor, win: torch.Tensor, src: torch.Tensor,
+                    f: StepFeatures, state: DecodeState, t: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """What the step's controller fills on a rollout's window at rollout step ``t``, on a copy of its
+    memory (rollouts never leak into it), and that forward's predicted tokens (x0)."""
+    feats = compute_features(
+        logits, eligible=still, masked=(win == state.mask_token_id) & f.eligible[src], rel=f.position[src],
+        gen_length=state.config.gen_length, block_start=f.block_start[src], block_end=f.block_end[src],
+        block_index=f.block_index[src], block_masked_at_start=f.block_masked_at_start[src],
+        step=f.step[src] + t + 1, block_step=f.block_step[src] + t + 1, temperature=state.config.temperature,
+        seeds=state.seeds[src], window_index=window_index(f)[src],
+    )
+    sub = state.rows(src)
+    sub.extras["canvas"] = win
+    d = controller.decide(feats, sub)
+    return ensure_progress(d.commit & still, still, feats.confidence), feats.x0
+
+
+def threshold_fill(conf: torch.Tensor, still: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Positions still open whose confidence is at least the row's threshold ``tau`` ``[N]``, and at
+    least the most confident one: Fast-dLLM's threshold rule (``fast_dllm``), row by row."""
+    return (still & (conf >= tau[:, None])) | select_topk(conf, still, 1)
