@@ -159,3 +159,27 @@ def test_escalate_parameters_validate_with_what_is_allowed():
         Lookahead.build(width=2, escalate=[0.9, 0.99])
     assert Lookahead.build(width=2, escalate=0.99).levels() == [0.99]  # `--lookahead escalate=0.99`
     assert Lookahead.build(width=1, hold=False, escalate=[0.99]).levels() == [0.99]
+
+
+@pytest.mark.parametrize("toy,scorers", [
+    (COUPLED, [Valid(None)] + ["logprob"]),
+    (ORCHARD, ["logprob", "consistency"]),
+])
+def test_lazy_with_escalations_picks_the_eager_winner_with_no_more_forwards(toy, scorers):
+    prompt = PROMPT if toy is COUPLED else [9]
+    g = len(toy["answers"][0])
+    for scorer in scorers:
+        for width, levels, bonus in ((2, [0.99], 0.0), (3, [0.99], 0.6), (4, [0.99, 0.6], 0.0)):
+            runs = []
+            for lazy in (False, True):
+                m = JointDenoiser(**toy)
+                if isinstance(scorer, Valid):
+                    scorer.toy = m
+                la = Lookahead(scorer=scorer, width=width, escalate=levels, rollout="controller", max_depth=4,
+                               hold_bonus=bonus, lazy=lazy)
+                res = decode(m, [prompt], TopTwo(), DecodeConfig(gen_length=g, lookahead_budget=1000), lookahead=la)
+                assert int(res.nfe.sum()) == m.rows_seen
+                runs.append(res)
+            eager, lazy_ = runs
+            assert lazy_.generated.tolist() == eager.generated.tolist(), (scorer, width, levels, bonus)
+            assert lazy_.nfe.item() <= eager.nfe.item()
