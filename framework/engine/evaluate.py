@@ -148,6 +148,8 @@ def evaluate(
     fwd = sum(x.forward_seconds for x in results)
     tot = sum(x.total_seconds for x in results)
     extra["loop_overhead_ratio"] = (tot - fwd) / fwd if fwd > 0 else float("nan")
+    if lookahead is not None and getattr(lookahead, "escalate", None):
+        extra["escalations"] = float(torch.cat([x.escalations for x in results]).float().mean())
     if hasattr(task, "joint_coherence"):
         extra.update(coherence_summary(task, examples, texts))
     return EvalResult(

@@ -51,7 +51,8 @@ class DecodeResult:
     ``lookahead_nfe`` the rollout part of ``nfe``, ``forced`` how many steps the loop had to add
     a token because the controller committed none, ``cache_refreshes`` the full forwards that
     refreshed the KV cache (part of ``nfe``; ``None`` counts as 0 with ``cache='none'``),
-    ``remasks`` the decided tokens returned to the mask per sample (revocable decoding).
+    ``remasks`` the decided tokens returned to the mask per sample (revocable decoding),
+    ``escalations`` the lookahead steps whose winner was an escalation candidate (``Lookahead.escalate``).
     """
 
     tokens: torch.Tensor
@@ -67,6 +68,7 @@ class DecodeResult:
     fallbacks: torch.Tensor | None = None
     trace: list[dict[str, Any]] = field(default_factory=list)
     cache_refreshes: torch.Tensor | None = None
+    escalations: torch.Tensor | None = None
 
     @property
     def tokens_per_forward(self) -> torch.Tensor:
@@ -195,6 +197,7 @@ def decode(
     forward_s = 0.0
     records: list[dict[str, Any]] = []
     fallbacks = zeros()
+    escalations = zeros()
 
     for _ in range(max_steps):  # every step commits ≥ 1 token per unfinished row
         masked = (x == mask_id) & in_gen
@@ -288,6 +291,9 @@ def decode(
             fallbacks[rows] += la.fallback.long()
             forward_s += la.forward_seconds
             adopted = getattr(la, "info", {}).get("advanced", 0)
+            escalated = getattr(la, "info", {}).get("escalated")
+            if escalated is not None:
+                escalations[rows] += (escalated > 0).long()
 
         had_commit = commit.any(1)
         commit = ensure_progress(commit, feats.eligible, feats.confidence)
@@ -349,6 +355,7 @@ def decode(
         fallbacks=fallbacks,
         trace=records,
         cache_refreshes=session.refreshes,
+        escalations=escalations,
     )
 
 

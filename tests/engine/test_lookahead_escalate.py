@@ -71,6 +71,8 @@ def test_escalation_finds_a_valid_answer_where_the_controller_and_a_branch_both_
         # forwards: the loop's first; the hold's rollout 1 (its first step fills a and x, one forward
         # fills g), the escalation's 2; the next step reuses the escalation's first rollout forward
         assert res.lookahead_nfe.tolist() == [3] and res.nfe.tolist() == [4] and m.rows_seen == 4
+        assert res.escalations.tolist() == [1]  # one lookahead step, won by the escalation
+    assert branch.escalations.tolist() == [0]
 
 
 def test_a_hold_that_passes_never_rolls_the_escalation_out_when_lazy():
@@ -90,6 +92,7 @@ def test_a_hold_that_passes_never_rolls_the_escalation_out_when_lazy():
         assert runs[lazy].generated.tolist() == alone.generated.tolist()  # ties go to the hold
         assert int(runs[lazy].nfe.sum()) == m.rows_seen
     assert runs[True].lookahead_nfe.tolist() == [1] and runs[False].lookahead_nfe.tolist() == [3]
+    assert runs[True].escalations.tolist() == runs[False].escalations.tolist() == [0]
 
 
 class PreferCandidate(Scorer):
@@ -134,7 +137,7 @@ def test_an_escalation_that_always_wins_decodes_as_fast_dllm_at_its_threshold(to
         assert res.generated.tolist() == fast.generated.tolist(), seed
         assert res.steps.tolist() == fast.steps.tolist(), seed
         assert int(res.nfe.sum()) == m.rows_seen and res.fallbacks.tolist() == [0]
-        assert res.lookahead_nfe.item() > 0
+        assert res.lookahead_nfe.item() > 0 and res.escalations.item() >= 1
 
 
 def test_escalation_levels_roll_out_in_order_and_stop_at_the_first_that_passes():
