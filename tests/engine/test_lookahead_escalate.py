@@ -186,3 +186,31 @@ def test_lazy_with_escalations_picks_the_eager_winner_with_no_more_forwards(toy,
             eager, lazy_ = runs
             assert lazy_.generated.tolist() == eager.generated.tolist(), (scorer, width, levels, bonus)
             assert lazy_.nfe.item() <= eager.nfe.item()
+
+
+@pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
+def test_escalating_lookahead_on_a_tiny_transformer_under_every_cache_mode(cache):
+    # a 2-layer tiny transformer with random weights (uncertain everywhere, so the ladder asks for depth
+    # at every step) and a head scaled to make some positions confident: a ragged batch decodes to the
+    # end with lookahead steps, escalations among them, and equals its rows decoded one at a time
+    from framework.models.tiny import TinyConfig, TinyDenoiser
+
+    torch.manual_seed(0)
+    model = TinyDenoiser(TinyConfig(vocab_size=20, mask_token_id=19, pad_token_id=0, eos_token_id=2, max_len=40,
+                                    d_model=32, n_layers=2, n_heads=2, d_ff=64)).eval()
+    with torch.no_grad():
+        model.head.weight.mul_(8.0)
+    ladder = build_controller("confidence_ladder", base={"name": "margin_topk", "params": {"eta": 0.5, "k": 3}},
+                              depth_high=4, depth_mid=4, d_max=4)
+    la = Lookahead(scorer=PreferCandidate(1), width=3, escalate=[0.9], rollout="controller", max_depth=4,
+                   advance=2, lazy=False)
+    cfg = DecodeConfig(gen_length=12, block_length=6, cache=cache, lookahead_budget=24)
+    prompts = [[3, 4, 5], [6, 7]]
+    batch = decode(model, prompts, ladder, cfg, lookahead=la)
+    assert not (batch.generated == 19).any()
+    assert (batch.lookahead_nfe > 0).all() and (batch.escalations > 0).all()
+    assert (batch.lookahead_nfe <= cfg.lookahead_budget).all()
+    for i, prompt in enumerate(prompts):
+        single = decode(model, [prompt], ladder, cfg, lookahead=la)
+        assert torch.equal(single.generated[0], batch.generated[i]), (cache, i)
+        assert single.nfe.tolist() == [int(batch.nfe[i])] and single.escalations.tolist() == [int(batch.escalations[i])]
