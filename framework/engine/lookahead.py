@@ -302,7 +302,9 @@ class Lookahead(Configurable):
                  else torch.zeros(b, dtype=torch.long, device=dev)).clamp(0, int(self.max_depth))
         k = decision.k.to(dev).long() if decision.k is not None else torch.ones_like(f.x0)
         uncertain = f.eligible & ~commit & (k > 1)
-        rows = ((depth > 0) & uncertain.any(1) & (budget_left.to(dev) >= 2)).nonzero().squeeze(1)
+        # an escalation needs no branch position: with escalations any row with a masked position may search
+        can = f.eligible.any(1) if self.levels() else uncertain.any(1)
+        rows = ((depth > 0) & can & (budget_left.to(dev) >= 2)).nonzero().squeeze(1)
         if rows.numel() == 0:
             return None
         unc, kk = uncertain[rows], k[rows]
@@ -328,6 +330,7 @@ class Lookahead(Configurable):
         order = torch.cat([order.new_zeros(order.shape[0], held + n_esc), order], dim=1)
         cand_ok = valid.gather(1, order)
         cand_ok[:, : held + n_esc] = True
+        cand_ok[:, held + n_esc:] &= ok.any(1, keepdim=True)  # no branch position, no branch candidate
         hold = torch.zeros_like(cand_ok)
         hold[:, :held] = True
         esc = torch.zeros_like(order)

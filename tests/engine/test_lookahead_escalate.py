@@ -214,3 +214,25 @@ def test_escalating_lookahead_on_a_tiny_transformer_under_every_cache_mode(cache
         single = decode(model, [prompt], ladder, cfg, lookahead=la)
         assert torch.equal(single.generated[0], batch.generated[i]), (cache, i)
         assert single.nfe.tolist() == [int(batch.nfe[i])] and single.escalations.tolist() == [int(batch.escalations[i])]
+
+
+class TopTwoNoK(TopTwo):
+    """TopTwo without candidate counts (``k``), as a learned policy under ``confidence_ladder`` decides."""
+
+    def decide(self, f, state):
+        d = super().decide(f, state)
+        return Decision(commit=d.commit, depth=d.depth)
+
+
+def test_escalation_needs_no_branch_position_so_a_controller_without_k_can_escalate():
+    cfg = DecodeConfig(gen_length=3, lookahead_budget=64)
+    m = JointDenoiser(**COUPLED)
+    plain = decode(m, [PROMPT], TopTwoNoK(), cfg, lookahead=Lookahead(scorer=Valid(m), width=3, rollout="controller"))
+    assert plain.lookahead_nfe.tolist() == [0]  # no k > 1 anywhere: nothing to branch on, no lookahead
+    m = JointDenoiser(**COUPLED)
+    la = Lookahead(scorer=Valid(m), width=3, escalate=[0.99], rollout="controller", rescore="none", lazy=False)
+    res = decode(m, [PROMPT], TopTwoNoK(), cfg, lookahead=la)
+    assert res.generated[0, :2].tolist() == [1, 4] and res.escalations.tolist() == [1]
+    # width 3 leaves room for one branch candidate, but with no branch position none is rolled out:
+    # the same 3 lookahead forwards as the hold and the escalation alone
+    assert res.lookahead_nfe.tolist() == [3] and int(res.nfe.sum()) == m.rows_seen
