@@ -18,6 +18,7 @@ from framework.engine.loop import decode
 from framework.engine.scorer import Scorer
 from framework.engine.selection import select_topk
 from framework.testing.toys import JointDenoiser
+from test_lookahead import ORCHARD, PreferCandidate  # the lookahead tests' toy and test scorer
 
 # Three positions. Position 0 and 1 are coupled: (a, y) .3, (b, x) .25, (d, x) .25, (c, x) .2, so the
 # marginal top-1s a (.3) and x (.7) form a pair of joint probability 0. Position 2 is independent and
@@ -95,25 +96,6 @@ def test_a_hold_that_passes_never_rolls_the_escalation_out_when_lazy():
     assert runs[True].escalations.tolist() == runs[False].escalations.tolist() == [0]
 
 
-class PreferCandidate(Scorer):
-    """Test scorer: the ``which``-th candidate of each sample wins (0 = the hold candidate)."""
-
-    params: dict = {}
-
-    def __init__(self, which: int = 0) -> None:
-        self.which = which
-
-    def _score(self, c, ctx):
-        rank = torch.full((c.tokens.shape[0],), -1.0)
-        for src in c.source.unique():
-            rows = (c.source == src).nonzero().squeeze(1)
-            rank[rows[min(self.which, rows.numel() - 1)]] = 0.0
-        return rank
-
-
-# six positions, four answers (ids 0-8; pad 9, eos 10, mask 11), margins that differ by position
-ORCHARD = dict(answers=[[0, 1, 2, 3, 4, 5], [0, 1, 6, 3, 7, 5], [0, 2, 6, 4, 7, 8], [1, 2, 2, 3, 4, 8]],
-               weights=[0.3, 0.25, 0.2, 0.25], vocab_size=12, prompt_length=1)
 COINS = [list(c) for c in itertools.product([0, 1], repeat=6)]  # six independent positions, 0 at p = .6
 SIX_COINS = dict(answers=COINS, weights=[0.6 ** (6 - sum(c)) * 0.4 ** sum(c) for c in COINS], vocab_size=12,
                  prompt_length=1)
