@@ -103,7 +103,9 @@ def run(args: argparse.Namespace) -> int:
                            block_length=args.block_length, steps=steps, repeats=args.repeats, progress=progress,
                            loops=args.loops)
     params = sum(p.numel() for p in model.parameters())
-    head = (f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, device {device}, {dtype}; "
+    head = (f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, device {device}"
+            f"{f' ({torch.cuda.get_device_name(device)}, torch {torch.__version__})' if device.startswith('cuda') else ''}, "
+            f"{dtype}; "
             f"model: LLaDA architecture, vocab {args.vocab_size}, d_model {args.d_model}, {args.layers} layers, "
             f"{args.heads} heads, MLP {args.mlp_hidden}"
             f"{f', full forwards in chunks of {args.query_chunk} queries' if args.query_chunk else ''} "

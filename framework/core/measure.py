@@ -176,6 +176,18 @@ def _replay(allocs: list[tuple[int, int]], marks: list[tuple[int, str]]
     return peak / 2**20, spans, tails
 
 
+def synced_clock(device: "torch.device | str | None" = None) -> float:
+    """``time.perf_counter()`` once ``device``'s queued work has finished.
+
+    CUDA kernels run asynchronously: without the synchronisation a forward's time would be the
+    time to launch it, and its work would be charged to whatever next waits for the GPU. On CPU
+    (or ``None``) it is ``time.perf_counter()`` itself.
+    """
+    if device is not None and torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 

@@ -58,12 +58,12 @@ from __future__ import annotations
 
 import itertools
 import logging
-import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import torch
 
+from framework.core.measure import synced_clock
 from framework.core.params import Configurable, Param, ParameterError
 from framework.engine.controller import Decision, DecodeState
 from framework.engine.denoise import (suppress_mask_logit, supports_shadow, token_logprob, verification_logits,
@@ -427,10 +427,10 @@ class Lookahead(Configurable):
                 act = ((depth > t) & open_ & sel).nonzero().squeeze(1)  # a finished rollout stops early
                 if act.numel() == 0:
                     break
-                t0 = time.perf_counter()
+                t0 = synced_clock(dev)
                 logits = window_logits(model, write_window(canvas[act], cols[act], win[act], real[act]), attn_c[act],
                                        cols[act])
-                secs += time.perf_counter() - t0
+                secs += synced_clock(dev) - t0
                 spent.index_add_(0, src[act], torch.ones_like(act))
                 if t < int(self.advance):  # kept: the winner's is the loop's next forward
                     if snap_logits is None:
@@ -463,9 +463,9 @@ class Lookahead(Configurable):
             idx = sel.nonzero().squeeze(1)
             done = write_window(canvas[idx], cols[idx], win[idx], real[idx])
             if self.rescore == "pll":
-                t0 = time.perf_counter()
+                t0 = synced_clock(dev)
                 pll, cost = verification_logits(model, done, attn_c[idx], cols[idx], region[idx] & real[idx])
-                secs += time.perf_counter() - t0
+                secs += synced_clock(dev) - t0
                 spent.index_add_(0, src[idx], cost)
                 if pll is not None:
                     inside = region[idx] & real[idx]

@@ -27,12 +27,12 @@ controller's ``next_block_length`` if it gave one (CadLLM-style adaptive blocks)
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
 import torch
 
+from framework.core.measure import synced_clock
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import Controller, DecodeState
 from framework.engine.denoise import (CacheSession, suppress_mask_logit, supports_shadow, token_logprob,
@@ -148,8 +148,8 @@ def decode(
     """
     config = config or DecodeConfig()
     config.validate()
-    t_start = time.perf_counter()
     device = model_device(model)
+    t_start = synced_clock(device)
     mask_id = int(model.mask_token_id)
     eos_id = getattr(model, "eos_token_id", None)
     pad_id = getattr(model, "pad_token_id", None)
@@ -231,7 +231,7 @@ def decode(
         w_tok = xs.gather(1, w_cols)
         eligible = (w_tok == mask_id) & valid
         rev_w = sub(revocable).gather(1, w_cols) & valid & (w_tok != mask_id)
-        t0 = time.perf_counter()
+        t0 = synced_clock(device)
         shadow = None
         reused = _reusable(pending, rows, xs, w_cols, blen) & (not shadow_step)
         if shadow_step:  # one forward (cached or not) gives the window and the shadow block
@@ -246,7 +246,7 @@ def decode(
             shadow, cost = verification_logits(model, xs, sub(attn), w_cols, rev_w,
                                                exact=config.verification == "probe")
             nfe[rows] += cost
-        forward_s += time.perf_counter() - t0
+        forward_s += synced_clock(device) - t0
         logits = suppress_mask_logit(logits, mask_id)
         feats = compute_features(
             logits,
@@ -351,7 +351,7 @@ def decode(
         forced=forced,
         remasks=remasks,
         forward_seconds=forward_s,
-        total_seconds=time.perf_counter() - t_start,
+        total_seconds=synced_clock(device) - t_start,
         fallbacks=fallbacks,
         trace=records,
         cache_refreshes=session.refreshes,

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from framework.core.measure import AllocatedPeak, _replay
+from framework.core.measure import AllocatedPeak, _replay, synced_clock
 
 MIB = 2**20
 
@@ -39,3 +39,15 @@ def test_allocated_peak_on_the_cpu_allocator():
     assert ap.span_peaks_mb == pytest.approx([12, 2], abs=0.01)
     assert math.isnan(ap.tail_peaks_mb[0]) and ap.tail_peaks_mb[1] == pytest.approx(2, abs=0.01)
     assert kept.numel() == 4 * MIB and late.numel() == MIB
+
+
+def test_the_synced_clock_waits_for_a_cuda_device_and_never_for_the_cpu(monkeypatch):
+    """A CUDA forward's time is its run, not its launch: the clock synchronises that device first."""
+    waited = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: waited.append(str(device)))
+    a = synced_clock("cpu")
+    b = synced_clock(None)
+    assert waited == [] and b >= a
+    synced_clock("cuda:1")
+    synced_clock(torch.device("cuda", 0))
+    assert waited == ["cuda:1", "cuda:0"]
