@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from framework import DecodeConfig, build_controller, decode
+from framework.learning.policy import tiny_policy_file
 from framework.models.arch import load_architecture
 from framework.models.own import OwnArchitectureDenoiser
 
@@ -28,11 +29,13 @@ VOCAB = 126464 if torch.device(DEVICE).type == "cuda" else 2048  # LLaDA's real 
 BUILD = Path(__file__).resolve().parents[1] / "fixtures" / "real_format" / "build.py"
 
 CACHES = ("none", "prefix", "dual")
-# every commit rule family: fixed steps, thresholds, top-k by margin / entropy, random, verify, revise
+# every commit rule family: fixed steps, thresholds, top-k by margin / entropy, random, verify, revise, learned
 STRATEGIES = [
     ("llada", {"steps": 8}), ("llada_random", {"steps": 8}), ("fast_dllm", {"threshold": 0.2}),
     ("fast_dllm_factor", {}), ("margin_topk", {}), ("entropy_topk", {}), ("eb", {}), ("dream_confidence", {}),
     ("wino", {}), ("remdm", {}), ("cadllm", {}), ("temporal_stability", {}),
+    *[(name, {"policy": str(tiny_policy_file(kind)), "threshold": 0.5})
+      for name, kind in (("learned", "mlp"), ("learned_window", "transformer"), ("logreg", "logreg"))],
 ]
 PROMPTS = [[3, 40, 7, 99, 12], [250, 8], [17, 17, 60, 61, 2, 90, 33]]
 
