@@ -69,19 +69,13 @@ def global_cut(score: torch.Tensor, right: torch.Tensor, blank: torch.Tensor, ke
 
 
 def ranking_auc(score: torch.Tensor, right: torch.Tensor, blank: torch.Tensor) -> float:
-    """P(score of a right blank > score of a wrong one), ties counted half (Mann–Whitney)."""
-    s = score[blank].double()
+    """P(score of a right blank > score of a wrong one), ties counted half (ROC AUC); NaN with one class."""
+    from sklearn.metrics import roc_auc_score
+
     y = right[blank]
-    pos, neg = s[y], s[~y]
-    if pos.numel() == 0 or neg.numel() == 0:
+    if y.all() or not y.any():
         return float("nan")
-    ranks = torch.empty_like(s)
-    order = s.argsort()
-    ranks[order] = torch.arange(1, len(s) + 1, dtype=torch.float64)
-    for v in s.unique():  # average ranks over ties
-        tie = s == v
-        ranks[tie] = ranks[tie].mean()
-    return float((ranks[y].sum() - pos.numel() * (pos.numel() + 1) / 2) / (pos.numel() * neg.numel()))
+    return float(roc_auc_score(y.numpy(), score[blank].double().numpy()))
 
 
 class _FirstStep(Controller):
