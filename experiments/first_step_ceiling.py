@@ -36,8 +36,8 @@ import sys
 from typing import Any, Optional, Sequence
 
 import torch
-import yaml
 
+from framework.core.params import ParameterError, parse_assignments
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import Controller, Decision, DecodeState
 from framework.engine.controller_io import build_controller
@@ -207,7 +207,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="sudoku9")
     p.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE",
-                   help="task parameter, e.g. grade=hard (YAML value); repeatable")
+                   help="task parameter, e.g. grade=hard (the value read as --set reads it); repeatable")
     p.add_argument("--model", default=None, help="default: the task's tiny model")
     p.add_argument("--n", type=int, default=300, help="test prompts")
     p.add_argument("--policy", action="append", default=[], metavar="NAME=PATH", help="a learned policy file")
@@ -217,13 +217,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from framework.tasks.base import get_task
     from framework.training.zoo import load_model
 
-    params = {}
-    for item in args.task_param:
-        key, sep, value = item.partition("=")
-        if not sep:
-            p.error(f"--task-param {item!r}: expected KEY=VALUE")
-        params[key] = yaml.safe_load(value)
-    policies = {}
+    try:
+        params = parse_assignments(args.task_param, option="--task-param")
+    except ParameterError as err:
+        p.error(str(err))
+    policies = {}  # paths stay strings
     for item in args.policy:
         name, sep, path = item.partition("=")
         if not sep:

@@ -228,12 +228,13 @@ class Configurable:
     __hash__ = object.__hash__
 
 
-def parse_assignments(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` with literal coercion."""
+def parse_assignments(pairs: Sequence[str], option: str = "--set") -> dict[str, Any]:
+    """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` with literal coercion; ``option`` names the
+    command-line option in the error for a pair without ``=``."""
     out: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
-            raise ParameterError(f"--set expects key=value, got {pair!r}")
+            raise ParameterError(f"{option} expects key=value, got {pair!r}")
         key, _, value = pair.partition("=")
         out[key.strip()] = coerce_literal(value.strip())
     return out

@@ -85,4 +85,4 @@ def test_bad_arguments_fail_with_what_is_allowed(capsys):
 
     with pytest.raises(SystemExit):
         main(["--task-param", "grade"])
-    assert "expected KEY=VALUE" in capsys.readouterr().err
+    assert "--task-param expects key=value, got 'grade'" in capsys.readouterr().err
