@@ -1,4 +1,4 @@
-"""Lookahead and revocable decoding against the same controller without them (issue 14).
+"""Lookahead and revocable decoding against the same controller without them.
 
 A **variant** curve is compared with its **base** curve on the same task:
 
@@ -20,7 +20,7 @@ Each variant point is matched against the base curve's points without interpolat
   little on easy ones); so beside it stands the **forwards ratio**: the fewest mean NFE of a base
   point with accuracy ≥ the variant's over the variant's mean NFE (total tokens over total forwards).
 
-Issue 14's targets, per task: some lookahead or revocable point gains ≥ 5 points at equal NFE or
+The targets, per task: some lookahead or revocable point gains ≥ 5 points at equal NFE or
 reaches ≥ 1.2× tokens per forward at equal accuracy, by both ratios (goal: two tasks); no lookahead point loses more
 than 1 point at equal NFE; WINO's curve has a higher AUP than Fast-dLLM's (goal: one task).
 """
@@ -187,7 +187,7 @@ def compare_summary(tasks: dict[str, dict]) -> str:
     gain = [n for n, r in have.items() if r["targets"]["gain"]["met"]]
     loss = [n for n, r in have.items() if not r["targets"]["lookahead_no_loss"]["met"]]
     wino = [n for n, r in have.items() if r["targets"]["wino_over_fast_dllm"]["met"]]
-    return (f"- **Lookahead and revocable decoding** (issue 14's targets, against the same controller without them): "
+    return (f"- **Lookahead and revocable decoding** (targets: a gain at equal NFE or accuracy, never a loss, against the same controller without them): "
             f"a gain on {len(gain)} of {len(have)} task(s){': ' + ', '.join(gain) if gain else ''} (goal: 2); "
             f"lookahead more than 1 point below its base at equal NFE on {len(loss)}"
             f"{': ' + ', '.join(loss) if loss else ''} (goal: none); WINO's AUP above Fast-dLLM's on {len(wino)}"

@@ -1,6 +1,6 @@
 """Matched accuracy: each curve's most parallel point no more than 1 point below the reference.
 
-Issue 12's targets compare strategies *at matched accuracy*: the quality of one-token-per-step
+The targets compare strategies *at matched accuracy*: the quality of one-token-per-step
 decoding (the task's row of kind ``reference``) less ``tolerance`` (0.01, one point of a fraction in
 [0, 1]). Per task:
 
@@ -13,7 +13,7 @@ decoding (the task's row of kind ``reference``) less ``tolerance`` (0.01, one po
   reference) over the best baseline's, target ≥ 2× (room for better controllers);
 * per controller kind (heuristic, tuned, learned) present: its best curve over the best baseline,
   target > 1× (the controller beats every published sampler at matched accuracy);
-* with a learned curve (issue 13): the best learned curve over the best non-learned one (baseline,
+* with a learned curve: the best learned curve over the best non-learned one (baseline,
   heuristic or tuned), target ≥ 1.3×, and over the oracle, target ≥ 0.85×.
 
 Tokens per forward is the mean over samples of G / NFE; each ratio line also gives the same two
@@ -35,7 +35,7 @@ TOLERANCE = 0.01
 SPREAD_TARGET = 2.0
 ROOM_TARGET = 2.0
 CONTROLLER_KINDS = ("heuristic", "tuned", "learned")
-#: issue 13: the best learned curve over the best non-learned one (baseline, heuristic or tuned), and
+#: the learned-controller targets: the best learned curve over the best non-learned one (baseline, heuristic or tuned), and
 #: its share of the oracle's tokens per forward, both at matched accuracy
 NON_LEARNED = ("baseline", "heuristic", "tuned")
 LEARNED_TARGET = 1.3
@@ -111,7 +111,7 @@ def matched_points(rows: Sequence[dict], aups: Optional[dict] = None, tolerance:
         "controllers": {k: _target(best_of(k), top, 1.0, strict=True)
                         for k in CONTROLLER_KINDS if any(p["kind"] == k for p in points)},
     }
-    if any(p["kind"] == "learned" for p in points):  # issue 13's targets for the learned controllers
+    if any(p["kind"] == "learned" for p in points):  # the targets for the learned controllers
         hand = max((p for p in points if p["kind"] in NON_LEARNED and p["tpf"]), key=lambda p: p["tpf"], default=None)
         out["targets"]["learned"] = {
             "over_non_learned": _target(best_of("learned"), hand, LEARNED_TARGET),
@@ -202,7 +202,7 @@ def matched_summary(tasks: dict[str, dict]) -> dict[str, Any]:
 
 def summary_line(s: dict) -> str:
     on = f": {', '.join(s['both_met_on'])}" if s["both_met_on"] else ""
-    return (f"- **Matched accuracy** (issue 12's targets, at no more than 1 point below one token per step): "
+    return (f"- **Matched accuracy** (targets: baseline spread and oracle room, at no more than 1 point below one token per step): "
             f"both targets met on {s['both_met']} of {s['with_table']} task(s) with a matched table{on} "
             f"(baseline spread ≥ 2× on {s['baseline_spread_met']}, oracle room ≥ 2× on {s['oracle_room_met']}; "
             f"the goal: at least 3 tasks)")

@@ -59,7 +59,7 @@ NEWCOMER: tuple[Strategy, ...] = (
     Strategy("oracle", "oracle"),
 )
 
-#: end-of-text prediction on/off pairs (issue 7): the same controller with ``eos_fill``
+#: end-of-text prediction on/off pairs: the same controller with ``eos_fill``
 EOS_PAIRS: tuple[Strategy, ...] = (
     Strategy("fast_dllm (τ=0.9) + eos_fill", "fast_dllm", {"threshold": 0.9}, {"eos_fill": True}),
     Strategy("sequential + eos_fill", "sequential", {}, {"eos_fill": True}),

@@ -1,5 +1,5 @@
 """Lookahead and revocable variants against their base curve: pairing, matching without interpolation,
-issue 14's three targets."""
+its three targets (gain, ratio, no loss)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The report's matched-accuracy tables (issue 12's targets), on hand-made summary rows: no decoding."""
+"""The report's matched-accuracy tables (baseline spread and oracle room), on hand-made summary rows: no decoding."""
 
 from __future__ import annotations
 
@@ -128,7 +128,7 @@ def test_report_renders_the_matched_tables_and_the_headline_count(tmp_path):
     assert aup["fast_dllm"] == pytest.approx(345.02, abs=0.01) and aup["margin"] == pytest.approx(445.74, abs=0.01)
 
     headline = md[md.index("## Headline"):md.index("\n## ", md.index("## Headline") + 1)]
-    assert ("- **Matched accuracy** (issue 12's targets, at no more than 1 point below one token per step): both "
+    assert ("- **Matched accuracy** (targets: baseline spread and oracle room, at no more than 1 point below one token per step): both "
             "targets met on 1 of 2 task(s) with a matched table: sudoku (baseline spread ≥ 2× on 1, oracle room "
             "≥ 2× on 1; the goal: at least 3 tasks)") in headline
 
@@ -179,7 +179,7 @@ def test_report_renders_the_matched_tables_and_the_headline_count(tmp_path):
                                "both_met": 1, "both_met_on": ["sudoku"]}
 
 
-def test_issue_13_learned_targets_on_the_hand_made_sudoku(tmp_path):
+def test_learned_targets_on_the_hand_made_sudoku(tmp_path):
     """Best learned (ρ 3.2) over the best non-learned, which is the heuristic margin (ρ 5, above every
     baseline): 0.64×, missed; over the oracle (ρ 8): 0.40×, missed. A learned curve at ρ 6.8 meets both."""
     m = matched_points(task_rows(SUDOKU, tmp_path))

@@ -1,4 +1,4 @@
-"""The window policy, DAgger's labels, the RL update and the new CLI values (issue 13)."""
+"""The window policy, DAgger's labels, the RL update and the new CLI values."""
 
 from __future__ import annotations
 
