@@ -20,6 +20,7 @@ import torch
 
 from framework.core.params import Configurable
 from framework.core.registry import Registry
+from framework.engine.context import DecodeContext
 from framework.engine.features import StepFeatures
 
 
@@ -58,6 +59,7 @@ class DecodeState:
     pad_token_id: Optional[int] = None
     memory: dict[str, torch.Tensor] = field(default_factory=dict)
     extras: dict[str, Any] = field(default_factory=dict)
+    context: DecodeContext = field(default_factory=DecodeContext)
 
     @property
     def batch_size(self) -> int:
@@ -74,6 +76,7 @@ class DecodeState:
             memory={k: v[index] for k, v in self.memory.items()},
             extras={k: (v[index] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == self.batch_size else v)
                     for k, v in self.extras.items()},
+            context=self.context.rows(index),
         )
 
     def update_rows(self, index: torch.Tensor, sub: "DecodeState") -> None:

@@ -126,6 +126,7 @@ def controller_fill(controller: Any, logits: torch.Tensor, still: torch.Tensor, 
     )
     sub = state.rows(src)
     sub.extras["canvas"] = win
+    sub.context.canvas = win
     d = controller.decide(feats, sub)
     return ensure_progress(d.commit & still, still, feats.confidence), feats.x0
 

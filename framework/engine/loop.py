@@ -34,6 +34,7 @@ import torch
 
 from framework.core.measure import synced_clock
 from framework.engine.config import DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller, DecodeState
 from framework.engine.denoise import (CacheSession, suppress_mask_logit, supports_shadow, token_logprob,
                                      verification_logits)
@@ -178,6 +179,7 @@ def decode(
     state.extras["sample_index"] = torch.arange(B, device=device)
     state.extras.setdefault("model", model)
     state.extras.setdefault("prompts", [list(p) for p in prompts])
+    state.context = _context_from_extras(state.extras, prompts, model, device)
     controller.reset(state)
 
     zeros = lambda: torch.zeros(B, dtype=torch.long, device=device)  # noqa: E731
@@ -270,7 +272,9 @@ def decode(
             feats.verify_prob, feats.verify_top_prob = _verification(suppress_mask_logit(shadow, mask_id), w_tok, rev_w)
         state.extras["canvas"] = w_tok
         state.extras["generation"] = xs.gather(1, sub(gen_index))
+        state.context.canvas = state.context.generation = None  # per-step views, set on the rows decided
         sub_state = state if full else state.rows(rows)
+        sub_state.context.canvas, sub_state.context.generation = w_tok, state.extras["generation"]
         decision = controller.decide(feats, sub_state)
         if not full:
             state.update_rows(rows, sub_state)
@@ -356,6 +360,19 @@ def decode(
         trace=records,
         cache_refreshes=session.refreshes,
         escalations=escalations,
+    )
+
+
+def _context_from_extras(extras: dict, prompts: Sequence[Sequence[int]], model: Any,
+                         device: torch.device) -> DecodeContext:
+    """The typed :class:`DecodeContext` of a call, from the ``extras`` it was given."""
+    eos = getattr(model, "eos_token_id", None)
+    eos_ids = tuple(int(e) for e in (extras.get("eos_token_ids") or ([] if eos is None else [eos])))
+    return DecodeContext(
+        tokenizer=extras.get("tokenizer"), prompt_ids=[list(p) for p in prompts],
+        prompt_text=extras.get("prompt_text"), meta=extras.get("meta"), eos_token_ids=eos_ids,
+        span_mask=extras.get("span_mask"), reference_tokens=extras.get("reference_tokens"),
+        sample_index=extras["sample_index"],
     )
 
 
