@@ -92,6 +92,10 @@ class LookaheadResult:
     fallback: torch.Tensor
     forward_seconds: float = 0.0
     info: dict[str, torch.Tensor] = field(default_factory=dict)
+    #: long ``[b]``: rollout steps of the winner committed on top of this step (``advance``), 0 where none
+    advanced: Optional[torch.Tensor] = None
+    #: bool ``[b]``: the winner was an escalation candidate
+    escalated: Optional[torch.Tensor] = None
     #: rows (of the sub-batch) whose next forward already ran: the winner's first rollout forward
     next_rows: Optional[torch.Tensor] = None
     #: its canvas ``[R, L]`` (what the loop must see next for the reuse to hold) and window logits ``[R, W, V]``
@@ -238,6 +242,10 @@ class Lookahead(Configurable):
 
     # ------------------------------------------------------------------ the hook
     @torch.no_grad()
+    def budget_left(self, state: DecodeState, spent: torch.Tensor) -> torch.Tensor:
+        """Extra NFE each row may still spend on rollouts ``[b]``, given what it has ``spent``."""
+        return state.config.lookahead_budget - spent
+
     def refine(
         self, model: Any, x: torch.Tensor, attn: torch.Tensor, feats: StepFeatures, decision: Decision,
         commit: torch.Tensor, tokens: torch.Tensor, state: DecodeState, budget_left: torch.Tensor,
@@ -279,7 +287,8 @@ class Lookahead(Configurable):
         info["held"][r], info["advanced"][r] = plan.hold[ar, best].long(), advanced
         info["escalated"][r] = plan.esc[ar, best]
         out = LookaheadResult(tokens=new_tokens, commit=new_commit, extra_nfe=spent, fallback=fallback,
-                              forward_seconds=secs, info=info)
+                              forward_seconds=secs, info=info, advanced=info["advanced"],
+                              escalated=info["escalated"] > 0)
         if logits is not None and ran.any():
             out.next_rows, out.next_canvas, out.next_logits = r[ran], canvas[ran], logits[ran]
         return out

@@ -283,7 +283,7 @@ def decode(
 
         adopted = 0  # rollout steps the lookahead committed on top of this step (Lookahead.advance)
         if lookahead is not None and decision.depth is not None:
-            budget_left = config.lookahead_budget - sub(la_nfe)
+            budget_left = lookahead.budget_left(sub_state, sub(la_nfe))
             la = lookahead.refine(model, xs, sub(attn), feats, decision, commit, tokens, sub_state, budget_left,
                                   controller=controller)
             tokens, commit = la.tokens, la.commit & feats.eligible
@@ -294,10 +294,10 @@ def decode(
                     pending[int(rows[r])] = (la.next_canvas[i], w_cols[r, : int(blen[r])], la.next_logits[i])
             fallbacks[rows] += la.fallback.long()
             forward_s += la.forward_seconds
-            adopted = getattr(la, "info", {}).get("advanced", 0)
-            escalated = getattr(la, "info", {}).get("escalated")
-            if escalated is not None:
-                escalations[rows] += (escalated > 0).long()
+            if la.advanced is not None:
+                adopted = la.advanced
+            if la.escalated is not None:
+                escalations[rows] += la.escalated.long()
 
         had_commit = commit.any(1)
         commit = ensure_progress(commit, feats.eligible, feats.confidence)

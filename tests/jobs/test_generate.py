@@ -18,7 +18,6 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -29,6 +28,7 @@ from framework.core.params import Param, ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import Controller, Decision
+from framework.engine.lookahead import LookaheadResult
 from framework.engine.selection import select_topk
 from framework.jobs.batcher import BatchSizer
 from framework.jobs.errors import JobInputError, OutputFileError
@@ -194,12 +194,15 @@ class FailingLookahead:
         self.bad = bad
         self.calls = 0
 
+    def budget_left(self, state, spent):
+        return 64 - spent
+
     def refine(self, model, x, attn, feats, decision, commit, tokens, state, budget_left, controller=None):
         self.calls += 1
         if any(int(s) in self.bad for s in state.seeds.tolist()):
             raise ValueError("scorer exploded")
         b = x.shape[0]
-        return SimpleNamespace(tokens=tokens, commit=commit, extra_nfe=torch.zeros(b, dtype=torch.long),
+        return LookaheadResult(tokens=tokens, commit=commit, extra_nfe=torch.zeros(b, dtype=torch.long),
                                fallback=torch.zeros(b, dtype=torch.bool), forward_seconds=0.0)
 
 
