@@ -1,12 +1,10 @@
-"""Built-in scorers; importing this package registers them in ``framework.engine.scorer.SCORERS``."""
+"""Built-in scorers; importing this package registers them in ``framework.engine.scorer.SCORERS``.
 
-from importlib import import_module
+A module that fails to import is an error naming it (:func:`framework.core.registry.import_plugins`).
+"""
+
+from framework.core.registry import import_plugins
 
 _MODULES = ("logprob", "ar_logprob", "consistency", "repetition", "compliance", "sudoku_rules", "hybrid")
 
-for _name in _MODULES:
-    try:
-        import_module(f"{__name__}.{_name}")
-    except ModuleNotFoundError as exc:  # a module still being written must not break the others
-        if exc.name != f"{__name__}.{_name}":
-            raise
+import_plugins(__name__, _MODULES)

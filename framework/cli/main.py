@@ -7,14 +7,13 @@ Each sub-command lives in its own module under :mod:`framework.cli` and exposes
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from typing import Sequence
 
 from framework.cli.errors import CLIError
 from framework.core.params import ParameterError
-from framework.core.registry import UnknownNameError
+from framework.core.registry import PluginImportError, UnknownNameError, import_plugin, skip_broken_plugins
 
 COMMAND_MODULES = (
     "decode",
@@ -43,15 +42,13 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Run 'adec COMMAND --help' for the options of one command.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    parser.add_argument("--skip-broken-plugins", action="store_true",
+                        help="warn about, instead of failing on, a plugin module or entry point that does not "
+                             "import (the broken plugin is left out)")
     for name in COMMAND_MODULES:
-        mod_name = f"framework.cli.{name}"
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == mod_name:
-                continue
-            raise
-        mod.register(sub)
+        mod = import_plugin(f"framework.cli.{name}", "command module")
+        if mod is not None:
+            mod.register(sub)
     return parser
 
 
@@ -59,6 +56,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    skip_broken_plugins("--skip-broken-plugins" in argv)
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -66,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     try:
         return int(args.func(args) or 0)
-    except (ParameterError, UnknownNameError, CLIError, FileNotFoundError) as exc:
+    except (ParameterError, UnknownNameError, CLIError, FileNotFoundError, PluginImportError) as exc:
         print(f"adec {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

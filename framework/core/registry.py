@@ -9,12 +9,17 @@ Three errors are kept deliberately explicit:
 * registering a name twice   -> :class:`RegistryError` ("... already registered ...")
 * registering the wrong type -> :class:`TypeError` ("... is not a subclass of ...")
 * asking for an unknown name -> :class:`UnknownNameError` listing every known name.
+
+A plugin module that fails to import is never skipped in silence: :class:`PluginImportError`
+names the module (or entry point) and the exception. :func:`skip_broken_plugins` (the CLI's
+``--skip-broken-plugins``) turns that into a warning, and the broken plugin is left out.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import warnings
 from importlib import metadata
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
@@ -23,6 +28,39 @@ T = TypeVar("T")
 
 class RegistryError(ValueError):
     """A registration conflict (duplicate name or alias)."""
+
+
+class PluginImportError(ImportError):
+    """A built-in plugin module or an entry point that failed to import; the message names both."""
+
+
+_SKIP_BROKEN = False
+
+
+def skip_broken_plugins(skip: bool = True) -> None:
+    """Warn about (instead of raising on) plugin modules and entry points that fail to import."""
+    global _SKIP_BROKEN
+    _SKIP_BROKEN = bool(skip)
+
+
+def import_plugin(module: str, what: str = "plugin module") -> Any:
+    """Import ``module``; a failure raises :class:`PluginImportError` naming it and the exception,
+    or, after :func:`skip_broken_plugins`, warns and returns ``None``."""
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any failure of a plugin's import is reported, named
+        message = (f"{what} {module!r} failed to import: {type(exc).__name__}: {exc} "
+                   "(fix it, uninstall it, or pass --skip-broken-plugins to leave it out)")
+        if _SKIP_BROKEN:
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            return None
+        raise PluginImportError(message) from exc
+
+
+def import_plugins(package: str, modules: tuple[str, ...]) -> None:
+    """Import every ``package.module`` of a plugin package (see :func:`import_plugin`)."""
+    for name in modules:
+        import_plugin(f"{package}.{name}")
 
 
 class UnknownNameError(KeyError):
@@ -107,7 +145,7 @@ class Registry(Generic[T]):
             return
         self._loaded = True
         for mod in self.builtin_modules:
-            importlib.import_module(mod)
+            import_plugin(mod, f"built-in {self.kind} module")
         if self.entry_point_group:
             for ep in metadata.entry_points(group=self.entry_point_group):
                 if ep.name not in self._table and ep.name not in self._aliases:
@@ -124,7 +162,7 @@ class Registry(Generic[T]):
             raise UnknownNameError(f"unknown {self.kind} {name!r}{hint} Known {self.kind}s: {known}")
         obj = self._table[key]
         if isinstance(obj, str):
-            obj = _import_string(obj)
+            obj = _import_string(obj, f"{self.kind} {key!r}")
             self._check_type(key, obj)
             self._table[key] = obj
             if "registry_name" not in getattr(obj, "__dict__", {}):
@@ -147,15 +185,30 @@ class Registry(Generic[T]):
         return iter(self.names())
 
     def items(self) -> list[tuple[str, Any]]:
-        return [(n, self.get(n)) for n in self.names()]
+        """Every ``(name, object)``; after :func:`skip_broken_plugins` a broken lazy entry is left out."""
+        out = []
+        for name in self.names():
+            try:
+                out.append((name, self.get(name)))
+            except PluginImportError as exc:
+                if not _SKIP_BROKEN:
+                    raise
+                warnings.warn(str(exc), RuntimeWarning, stacklevel=2)
+        return out
 
 
-def _import_string(target: str) -> Any:
+def _import_string(target: str, what: str) -> Any:
     if ":" not in target:
         raise RegistryError(f"lazy registry entry {target!r} must look like 'package.module:Object'")
     mod_name, _, attr = target.partition(":")
-    obj: Any = importlib.import_module(mod_name)
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except Exception as exc:  # noqa: BLE001 - the entry point is named with the failure
+        raise PluginImportError(f"{what} (entry point {target!r}) failed to import: "
+                                f"{type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise AttributeError(f"{what}: entry point {target!r} names {part!r}, which {mod_name} does not have")
         obj = getattr(obj, part)
     return obj
 

@@ -119,3 +119,71 @@ def test_none_typed_on_the_command_line_is_the_choice_none_where_there_is_one():
     assert Lookahead.build(**parse_assignments(["rescore=none"])).rescore == "none"
     with pytest.raises(ParameterError, match="branch=None is not allowed"):
         Lookahead.build(branch=None)  # no 'none' among its choices
+
+
+# ---------------------------------------------------------------------- loud plugin loading
+def _broken_module(tmp_path, monkeypatch, name="adec_broken_plugin"):
+    (tmp_path / f"{name}.py").write_text("import numpy\nraise RuntimeError('typo in the plugin')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_a_broken_builtin_module_is_an_error_naming_it(tmp_path, monkeypatch):
+    from framework.core.registry import PluginImportError, Registry
+
+    mod = _broken_module(tmp_path, monkeypatch)
+    reg = Registry("widget", builtin_modules=(mod,))
+    with pytest.raises(PluginImportError, match=rf"built-in widget module '{mod}'.*RuntimeError: typo in the plugin"):
+        reg.names()
+
+
+def test_a_broken_entry_point_is_an_error_naming_it(tmp_path, monkeypatch):
+    from importlib import metadata
+
+    from framework.core import registry as registry_mod
+    from framework.core.registry import PluginImportError, Registry
+
+    mod = _broken_module(tmp_path, monkeypatch, "adec_broken_ep")
+    ep = metadata.EntryPoint(name="theirs", value=f"{mod}:Thing", group="adec.test.widgets")
+    monkeypatch.setattr(registry_mod.metadata, "entry_points", lambda group=None: [ep] if group == ep.group else [])
+    reg = Registry("widget", entry_point_group="adec.test.widgets")
+    assert reg.names() == ["theirs"]  # listed lazily, imported when asked for
+    with pytest.raises(PluginImportError, match=rf"widget 'theirs' \(entry point '{mod}:Thing'\).*typo in the plugin"):
+        reg.get("theirs")
+    with pytest.raises(PluginImportError):
+        reg.items()
+
+
+def test_skip_broken_plugins_warns_and_leaves_them_out(tmp_path, monkeypatch):
+    from framework.core.registry import Registry, skip_broken_plugins
+
+    mod = _broken_module(tmp_path, monkeypatch, "adec_broken_skip")
+    reg = Registry("widget", builtin_modules=(mod,))
+    reg.register("fine")(type("Fine", (), {}))
+    skip_broken_plugins(True)
+    try:
+        with pytest.warns(RuntimeWarning, match=rf"'{mod}' failed to import"):
+            assert reg.names() == ["fine"]
+    finally:
+        skip_broken_plugins(False)
+
+
+def test_cli_reports_a_broken_command_module_and_skips_it_on_request(monkeypatch, capsys):
+    import importlib
+    import sys as _sys
+
+    from framework.core.registry import PluginImportError
+
+    cli_main = importlib.import_module("framework.cli.main")
+
+    monkeypatch.setattr(cli_main, "COMMAND_MODULES", cli_main.COMMAND_MODULES + ("no_such_command",))
+    with pytest.raises(PluginImportError, match=r"command module 'framework.cli.no_such_command'"):
+        cli_main.main(["list", "controllers"])
+    try:
+        with pytest.warns(RuntimeWarning, match="no_such_command"):
+            assert cli_main.main(["--skip-broken-plugins", "list", "tasks"]) == 0
+    finally:
+        from framework.core.registry import skip_broken_plugins
+        skip_broken_plugins(False)
+    assert "sudoku9" in capsys.readouterr().out
+    assert _sys.modules.get("framework.cli.no_such_command") is None
