@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from experiments.spec import Cell, Experiment, _ensure_text_task
+from experiments.spec import Cell, Experiment, ensure_text_task
 
 # ====================================================================== models
 _MODEL_CACHE: dict[str, Any] = {}
@@ -73,7 +73,7 @@ def tiny_model(task: str = "addition", size: str = "tiny", train_steps: int = 0,
         sample_t,
     )
 
-    _ensure_text_task()
+    ensure_text_task()
     t = get_task(task, **(task_params or {}))
     tok = t.tokenizer
     torch.manual_seed(seed)
@@ -108,7 +108,7 @@ def toy_model(task: str = "addition", low: float = 0.3, high: float = 0.99, salt
     from framework.tasks.base import get_task
     from framework.testing.toys import ContextToyDenoiser
 
-    _ensure_text_task()
+    ensure_text_task()
     tok = get_task(task, **(task_params or {})).tokenizer
     den = ContextToyDenoiser(vocab_size=tok.vocab_size + 3, low=low, high=high, salt=salt).to(device)
     return LoadedModel(denoiser=den, tokenizer=tok, name=f"toy-{task}", task=task, info={"toy": True})

@@ -11,14 +11,14 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments.matched import _num
+from experiments.matched import as_number
 
 
 def _row(label: str, p: Optional[dict]) -> str:
     if p is None:
         return f"| {label} | – | none within 1 point | – | – | – | – |"
-    return (f"| {label} | {p['curve']} | {p['strategy']} | {_num(p['accuracy'], 3)} | {_num(p['nfe'], 2)} | "
-            f"{_num(p['tpf'], 2)} | {_num(p['aup'], 1)} |")
+    return (f"| {label} | {p['curve']} | {p['strategy']} | {as_number(p['accuracy'], 3)} | {as_number(p['nfe'], 2)} | "
+            f"{as_number(p['tpf'], 2)} | {as_number(p['aup'], 1)} |")
 
 
 def table(bench: dict[str, Any]) -> str:

@@ -28,10 +28,10 @@ from experiments.spec import (
     ExperimentError,
     StrategySpec,
     TaskSpec,
-    _ensure_text_task,
-    _known,
-    _model_label,
-    _substitute,
+    ensure_text_task,
+    did_you_mean,
+    model_label,
+    substitute,
     default_label,
     suites,
 )
@@ -144,7 +144,7 @@ def _check_decode_keys(c: _Checker, decode: Any, path: str) -> None:
     known = DecodeConfig._param_names()
     for k, v in decode.items():
         if k not in known:
-            c.add(f"{path}.{k}", "unknown decoding option" + _known(str(k), known))
+            c.add(f"{path}.{k}", "unknown decoding option" + did_you_mean(str(k), known))
         else:
             try:
                 DecodeConfig.params[k].check("", k, v)
@@ -166,7 +166,7 @@ def _check_metrics(c: _Checker, metrics: Any, path: str) -> None:
         else:
             name, params = m, {}
         if not isinstance(name, str) or name not in METRICS:
-            c.add(where, f"unknown metric {name!r}" + _known(str(name), METRICS.names()))
+            c.add(where, f"unknown metric {name!r}" + did_you_mean(str(name), METRICS.names()))
             continue
         try:
             build_metric(name, **params)
@@ -221,7 +221,7 @@ def _model_problem(model: Any) -> Optional[str]:
 def _parse_tasks(c: _Checker, items: Any, top_metrics: Any = None) -> list[TaskSpec]:
     from framework.tasks.base import TASKS
 
-    _ensure_text_task()
+    ensure_text_task()
     if not isinstance(items, list) or not items:
         c.add("tasks", "required: a non-empty list of task names or {name:, params:} mappings")
         return []
@@ -236,7 +236,7 @@ def _parse_tasks(c: _Checker, items: Any, top_metrics: Any = None) -> list[TaskS
         c.keys(t, TASK_KEYS, where)
         name = t.get("name")
         if not isinstance(name, str) or name not in TASKS:
-            c.add(f"{where}.name", f"unknown task {name!r}" + _known(str(name), TASKS.names()))
+            c.add(f"{where}.name", f"unknown task {name!r}" + did_you_mean(str(name), TASKS.names()))
             continue
         params = t.get("params") or {}
         spec = TaskSpec(name=name, params=dict(params) if isinstance(params, dict) else {}, n=t.get("n"),
@@ -245,7 +245,7 @@ def _parse_tasks(c: _Checker, items: Any, top_metrics: Any = None) -> list[TaskS
         cls = TASKS.get(name)
         for k, v in spec.params.items():
             if k not in cls._param_names():
-                c.add(f"{where}.params.{k}", f"unknown parameter of task {name}" + _known(str(k), cls._param_names()))
+                c.add(f"{where}.params.{k}", f"unknown parameter of task {name}" + did_you_mean(str(k), cls._param_names()))
             elif k in cls.params:
                 try:
                     cls.params[k].check(name, k, v)
@@ -300,7 +300,7 @@ def _parse_strategies(c: _Checker, items: Any, task_names: list[str]) -> list[St
         name = s.get("controller")
         if not isinstance(name, str) or not name:
             c.add(f"{where}.controller", "required: a registered controller name or tuned:PATH"
-                  + _known("", CONTROLLERS.names()))
+                  + did_you_mean("", CONTROLLERS.names()))
             continue
         params = s.get("params") or {}
         if not isinstance(params, dict):
@@ -324,7 +324,7 @@ def _parse_strategies(c: _Checker, items: Any, task_names: list[str]) -> list[St
         if not name.startswith("tuned:") and "{" not in name:
             if name not in CONTROLLERS:
                 known_controller = False
-                c.add(f"{where}.controller", f"unknown controller {name!r}" + _known(name, CONTROLLERS.names()))
+                c.add(f"{where}.controller", f"unknown controller {name!r}" + did_you_mean(name, CONTROLLERS.names()))
             else:
                 cls = CONTROLLERS.get(name)
                 _check_params(c, cls, params, f"{where}.params")
@@ -438,7 +438,7 @@ def _check_combinations(c: _Checker, exp: Experiment) -> None:
                 print(f"{exp.source}: warning: {s.path}: (task {t.key}) {w.message}", file=sys.stderr)
         except (ParameterError, FileNotFoundError, OSError, ValueError, KeyError) as exc:
             msg = f"(task {t.key}) {exc}"
-            prep = _substitute(s.prepare, {"task": t.name, "model": _model_label(cell.model)}) if s.prepare else None
+            prep = substitute(s.prepare, {"task": t.name, "model": model_label(cell.model)}) if s.prepare else None
             if prep:
                 msg += f"; prepare it with: {prep}"
             missing = isinstance(exc, (FileNotFoundError, OSError)) or "not found" in str(exc) or "No such file" in str(exc)

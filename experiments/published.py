@@ -32,7 +32,7 @@ import difflib
 import math
 from typing import Any, Optional, Sequence
 
-from experiments.spec import TaskSpec, _known
+from experiments.spec import TaskSpec, did_you_mean
 
 BLOCK_KEYS = ("title", "source", "note", "columns", "rows")
 ROW_KEYS = ("label", "strategy", "published")
@@ -75,7 +75,7 @@ def resolve_task(value: Any, tasks: Sequence[tuple[str, str]]) -> tuple[Optional
         return None, (f"task name {value!r} is listed {len(named)} times ({', '.join(named)}); name one with its "
                       "parameters, as the report's rows do")
     return None, (f"unknown task {value!r}; allowed: a task of this file by its name, or its name with "
-                  f"parameters as the report labels it." + _known(value, keys))
+                  f"parameters as the report labels it." + did_you_mean(value, keys))
 
 
 def _number(v: Any) -> bool:
@@ -137,7 +137,7 @@ def check_published(c: Any, raw: Any, tasks: Sequence[tuple[str, str]],
                 strategy = None
             elif strategies is not None and strategy not in strategies:
                 c.add(f"{rw}.strategy", f"unknown strategy {strategy!r}; allowed: a strategy label of this file."
-                      + _known(strategy, list(strategies)))
+                      + did_you_mean(strategy, list(strategies)))
             elif strategies is not None and strategies[strategy] is not None:
                 for col, key in columns.items():
                     if key is not None and names.get(key, key) not in strategies[strategy]:

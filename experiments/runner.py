@@ -26,7 +26,7 @@ from experiments.cells import (
     resolve_device,
 )
 from experiments.parse import load_experiment
-from experiments.spec import Cell, Experiment, TaskSpec, _model_label
+from experiments.spec import Cell, Experiment, TaskSpec, model_label
 
 
 # ====================================================================== the run folder
@@ -274,7 +274,7 @@ def _write_cell(cell: Cell, folder: Path, result: Any, task: Any, device: str, s
         "task_params": cell.task.params, "strategy": cell.strategy.label, "kind": cell.kind,
         "curve": cell.strategy.curve or cell.strategy.label, "sweep": cell.strategy.sweep,
         "controller": cell.controller, "params": cell.params, "decode": cell.decode,
-        "lookahead": cell.lookahead, "seed": cell.seed, "model": _model_label(cell.model),
+        "lookahead": cell.lookahead, "seed": cell.seed, "model": model_label(cell.model),
         "metrics": {k: v.value for k, v in metrics.items()}, "seconds": round(seconds, 3),
         "world_size": world_size, "finished_at": time.strftime("%Y-%m-%d %H:%M:%S"),
         "higher_is_better": _higher_is_better(cell.task.quality),

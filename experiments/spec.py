@@ -126,7 +126,7 @@ class TaskSpec:
     def build(self) -> Any:
         from framework.tasks.base import get_task
 
-        _ensure_text_task()
+        ensure_text_task()
         return get_task(self.name, **self.params)
 
     @property
@@ -215,11 +215,11 @@ class Experiment:
     def _cell(self, index: int, t: TaskSpec, s: StrategySpec, seed: int) -> Cell:
         model = t.model if t.model is not None else self.model
         subst = {"task": t.name}
-        model = _substitute(model, subst)
-        subst["model"] = _model_label(model)
-        controller = _substitute(s.controller, subst)
-        params = _substitute(dict(s.params), subst)
-        lookahead = _substitute(dict(s.lookahead), subst) if s.lookahead else None
+        model = substitute(model, subst)
+        subst["model"] = model_label(model)
+        controller = substitute(s.controller, subst)
+        params = substitute(dict(s.params), subst)
+        lookahead = substitute(dict(s.lookahead), subst) if s.lookahead else None
         decode = {**self.decode, **t.decode, **s.decode}
         kind = s.kind or _controller_kind(controller, params)
         metrics = _metric_list(t.metrics if t.metrics is not None else self.metrics)
@@ -241,20 +241,20 @@ def _slug(text: str, limit: int = 48) -> str:
     return (s or "x")[:limit]
 
 
-def _substitute(value: Any, subst: dict[str, str]) -> Any:
+def substitute(value: Any, subst: dict[str, str]) -> Any:
     if isinstance(value, str):
         out = value
         for k, v in subst.items():
             out = out.replace("{" + k + "}", str(v))
         return out
     if isinstance(value, dict):
-        return {k: _substitute(v, subst) for k, v in value.items()}
+        return {k: substitute(v, subst) for k, v in value.items()}
     if isinstance(value, list):
-        return [_substitute(v, subst) for v in value]
+        return [substitute(v, subst) for v in value]
     return value
 
 
-def _model_label(model: Any) -> str:
+def model_label(model: Any) -> str:
     if isinstance(model, dict):
         model = model.get("name") or model.get("factory") or "model"
     return Path(str(model)).name if os.sep in str(model) else str(model)
@@ -290,7 +290,7 @@ def _metric_list(items: Any) -> list[tuple[str, dict]]:
     return out
 
 
-def _ensure_text_task() -> None:
+def ensure_text_task() -> None:
     """The ``text`` task registers itself when framework.tasks.text is imported."""
     try:
         importlib.import_module("framework.tasks.text")
@@ -298,7 +298,7 @@ def _ensure_text_task() -> None:
         warnings.warn(f"the text task is unavailable: {exc}")
 
 
-def _known(name: str, known: Sequence[str]) -> str:
+def did_you_mean(name: str, known: Sequence[str]) -> str:
     close = difflib.get_close_matches(name, list(known), n=1)
     return (f"; did you mean {close[0]!r}?" if close else "") + f" Known: {', '.join(known)}"
 

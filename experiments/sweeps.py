@@ -28,7 +28,7 @@ import dataclasses
 import json
 from typing import Any, Optional
 
-from experiments.spec import StrategySpec, _known
+from experiments.spec import StrategySpec, did_you_mean
 from framework.core.params import ParameterError, with_value
 
 EXAMPLE = "{threshold: [0.5, 0.7, 0.9]}"
@@ -53,7 +53,7 @@ def param_problem(cls: type, key: str, value: Any) -> Optional[str]:
             return f"{value!r} is out of range; allowed: number in (0, 1] (steps = G × it)"
         return None
     if key not in known:
-        return f"unknown parameter of {cls.display_name()}" + _known(str(key), known)
+        return f"unknown parameter of {cls.display_name()}" + did_you_mean(str(key), known)
     spec = cls.params.get(key)
     if spec is not None and not (isinstance(value, str) and "{" in value):
         try:
@@ -106,7 +106,7 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], wh
         known = [*cls._param_names(), *(["steps_per_token"] if "steps" in cls._param_names() else []),
                  *DecodeConfig._param_names()]
         c.add(kpath, f"unknown parameter: neither a parameter of {cls.display_name()} nor a decoding option"
-              + _known(key, known))
+              + did_you_mean(key, known))
         return []
     if not isinstance(values, list) or not values:
         c.add(kpath, f"{values!r} is not allowed; allowed: a non-empty list of values, e.g. {EXAMPLE}")

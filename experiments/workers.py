@@ -37,12 +37,12 @@ def evaluate_jobs(ctx: Optional[DistContext], jobs: Sequence[dict]) -> list:
     is the single-process run it must equal.
     """
     from experiments.cells import load_any_model
-    from experiments.spec import _ensure_text_task
+    from experiments.spec import ensure_text_task
     from framework.engine.config import DecodeConfig
     from framework.engine.controller_io import build_controller
     from framework.tasks.base import get_task
 
-    _ensure_text_task()
+    ensure_text_task()
     out = []
     for job in jobs:
         task = get_task(job["task"], **job.get("task_params", {}))

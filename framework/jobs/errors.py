@@ -61,12 +61,12 @@ def is_oom(exc: BaseException) -> bool:
     return False
 
 
-def _reason(exc: BaseException) -> str:
+def failure_reason(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     return text if len(text) <= MAX_REASON else text[: MAX_REASON - 3] + "..."
 
 
-def _free_memory() -> None:
+def free_memory() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()

@@ -12,13 +12,13 @@ from framework.jobs.errors import (
     ControllerFailure,
     DeadlineExceeded,
     ScorerFailure,
-    _reason,
+    failure_reason,
     is_oom,
 )
 
 
 # ---------------------------------------------------------------------------------- guards
-class _DeadlineModel:
+class DeadlineModel:
     """The denoiser, checking the deadlines before every forward pass (steps and rollouts)."""
 
     def __init__(self, inner: Any, started: float, item_limit: Optional[float], job_deadline: Optional[float],
@@ -55,7 +55,7 @@ def _passthrough(exc: BaseException) -> bool:
     return isinstance(exc, (DeadlineExceeded, ControllerFailure, ScorerFailure)) or is_oom(exc)
 
 
-class _GuardedController:
+class GuardedController:
     """Delegates to a controller; its exceptions become :class:`ControllerFailure`."""
 
     def __init__(self, inner: Controller, name: str) -> None:
@@ -67,7 +67,7 @@ class _GuardedController:
         except Exception as exc:  # noqa: BLE001 - any controller bug must not kill the job
             if _passthrough(exc):
                 raise
-            raise ControllerFailure(f"controller {self._name!r} raised in reset: {_reason(exc)}") from exc
+            raise ControllerFailure(f"controller {self._name!r} raised in reset: {failure_reason(exc)}") from exc
 
     def decide(self, features: Any, state: DecodeState) -> Any:
         try:
@@ -75,13 +75,13 @@ class _GuardedController:
         except Exception as exc:  # noqa: BLE001
             if _passthrough(exc):
                 raise
-            raise ControllerFailure(f"controller {self._name!r} raised: {_reason(exc)}") from exc
+            raise ControllerFailure(f"controller {self._name!r} raised: {failure_reason(exc)}") from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
 
-class _GuardedLookahead:
+class GuardedLookahead:
     """Delegates to a lookahead; its exceptions become :class:`ScorerFailure`."""
 
     def __init__(self, inner: Any) -> None:
@@ -93,7 +93,7 @@ class _GuardedLookahead:
         except Exception as exc:  # noqa: BLE001
             if _passthrough(exc):
                 raise
-            raise ScorerFailure(f"lookahead/scorer raised: {_reason(exc)}") from exc
+            raise ScorerFailure(f"lookahead/scorer raised: {failure_reason(exc)}") from exc
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

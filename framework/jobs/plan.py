@@ -16,7 +16,7 @@ from framework.core.params import ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import Controller, DecodeState
-from framework.jobs.errors import _reason
+from framework.jobs.errors import failure_reason
 from framework.jobs.output import SCHEMA
 from framework.tasks.prompts import ON_ERROR, LineProblem, PromptItem
 
@@ -30,7 +30,7 @@ class _Group:
 
 
 @dataclass
-class _Work:
+class WorkItem:
     item: PromptItem
     id: str
     group: _Group
@@ -42,7 +42,7 @@ class _Work:
     fallback_reason: Optional[str] = None
 
 
-def _as_factory(obj: Any) -> Callable[..., Controller]:
+def as_factory(obj: Any) -> Callable[..., Controller]:
     if isinstance(obj, Controller):
         return lambda **over: type(obj).build(**{**obj.get_params(), **over}) if over else obj
     if callable(obj):
@@ -50,16 +50,16 @@ def _as_factory(obj: Any) -> Callable[..., Controller]:
     raise ParameterError(f"controller_factory={obj!r} is neither a Controller nor a callable returning one")
 
 
-def _name(ctrl: Controller) -> str:
+def controller_name(ctrl: Controller) -> str:
     return type(ctrl).display_name()
 
 
-def _dry_reset(ctrl: Controller, config: DecodeConfig, mask_id: int) -> None:
+def dry_reset(ctrl: Controller, config: DecodeConfig, mask_id: int) -> None:
     """Run the controller's ``reset`` once so that its own config checks fire before any work."""
     ctrl.reset(DecodeState(config=config, seeds=torch.zeros(1, dtype=torch.long), mask_token_id=mask_id))
 
 
-def _describe_lookahead(lookahead: Any, spec: Optional[str]) -> Optional[dict]:
+def describe_lookahead(lookahead: Any, spec: Optional[str]) -> Optional[dict]:
     """What identifies a lookahead in the settings hash (never an object address)."""
     if lookahead is None:
         return None
@@ -69,15 +69,15 @@ def _describe_lookahead(lookahead: Any, spec: Optional[str]) -> Optional[dict]:
             if value is None or isinstance(value, (str, int, float, bool)):
                 params[key] = value
             elif hasattr(value, "to_dict"):
-                params[key] = _jsonable(value.to_dict())
+                params[key] = jsonable(value.to_dict())
     return {"type": type(lookahead).__qualname__, "spec": spec, "params": params}
 
 
-def _jsonable(value: Any) -> Any:
+def jsonable(value: Any) -> Any:
     return json.loads(json.dumps(value, sort_keys=True, default=str))
 
 
-def _hash(obj: Any, n: int = 16) -> str:
+def short_hash(obj: Any, n: int = 16) -> str:
     return hashlib.blake2b(json.dumps(obj, sort_keys=True, default=str).encode(), digest_size=n // 2).hexdigest()
 
 
@@ -128,19 +128,19 @@ def check_items(items: Sequence[PromptItem], controller_factory: Controller | Ca
     The job runs the same checks itself; a command calls this first so that bad input is refused
     before a model is loaded (or trained).
     """
-    factory = _as_factory(controller_factory)
+    factory = as_factory(controller_factory)
     base_ctrl = factory()
-    return _plan(items, factory, base_ctrl, config, 0, "")[1]
+    return plan_work(items, factory, base_ctrl, config, 0, "")[1]
 
 
-def _plan(items: Sequence[PromptItem], factory: Callable[..., Controller], base_ctrl: Controller,
-          config: DecodeConfig, mask_id: int, settings_hash: str) -> tuple[list[_Work], list[LineProblem]]:
+def plan_work(items: Sequence[PromptItem], factory: Callable[..., Controller], base_ctrl: Controller,
+          config: DecodeConfig, mask_id: int, settings_hash: str) -> tuple[list[WorkItem], list[LineProblem]]:
     """Validate per-item params, group items by settings, give every item its id and seed."""
     cfg_keys = set(DecodeConfig._param_names())
     ctrl_keys = set(type(base_ctrl)._param_names())
     base_group = _Group(config, base_ctrl, {})
-    groups: dict[str, _Group] = {_hash([{k: v for k, v in config.get_params().items() if k != "seed"}, {}]): base_group}
-    works: list[_Work] = []
+    groups: dict[str, _Group] = {short_hash([{k: v for k, v in config.get_params().items() if k != "seed"}, {}]): base_group}
+    works: list[WorkItem] = []
     problems: list[LineProblem] = []
     occurrences: dict[str, int] = {}
     ids: dict[str, Optional[int]] = {}
@@ -153,7 +153,7 @@ def _plan(items: Sequence[PromptItem], factory: Callable[..., Controller], base_
         if unknown:
             problems.append(label(
                 f"params: unknown key {unknown[0]!r}; decoding options: {', '.join(sorted(cfg_keys))}; "
-                f"{_name(base_ctrl)} parameters: {', '.join(sorted(ctrl_keys)) or '(none)'}"))
+                f"{controller_name(base_ctrl)} parameters: {', '.join(sorted(ctrl_keys)) or '(none)'}"))
             continue
         group = base_group
         seed = config.seed
@@ -163,11 +163,11 @@ def _plan(items: Sequence[PromptItem], factory: Callable[..., Controller], base_
             try:
                 item_cfg = DecodeConfig.build(**{**config.get_params(), **cfg_over})
                 seed = item_cfg.seed
-                key = _hash([{k: v for k, v in item_cfg.get_params().items() if k != "seed"}, ctrl_over])
+                key = short_hash([{k: v for k, v in item_cfg.get_params().items() if k != "seed"}, ctrl_over])
                 if key not in groups:
                     ctrl = factory(**ctrl_over) if ctrl_over else base_ctrl
                     ctrl.validate()
-                    _dry_reset(ctrl, item_cfg, mask_id)
+                    dry_reset(ctrl, item_cfg, mask_id)
                     groups[key] = _Group(item_cfg, ctrl, ctrl_over)
                 group = groups[key]
             except ParameterError as exc:
@@ -176,26 +176,26 @@ def _plan(items: Sequence[PromptItem], factory: Callable[..., Controller], base_
         if item.id is not None:
             item_id = item.id
         else:
-            basis = [item.prompt, _jsonable(params), settings_hash]
-            k = _hash(basis)
+            basis = [item.prompt, jsonable(params), settings_hash]
+            k = short_hash(basis)
             occurrences[k] = occurrences.get(k, 0) + 1
-            item_id = "h" + _hash(basis + [occurrences[k]])
+            item_id = "h" + short_hash(basis + [occurrences[k]])
         if item_id in ids:
             first = ids[item_id]
             problems.append(label(f"duplicate id {item_id!r}" + (f" (first on line {first})" if first else "")))
             continue
         ids[item_id] = item.line
-        works.append(_Work(item=item, id=item_id, group=group, seed=stable_seed(seed, item_id)))
+        works.append(WorkItem(item=item, id=item_id, group=group, seed=stable_seed(seed, item_id)))
     return works, problems
 
 
-def _push_chunks(explicit: deque, batch: list[_Work], size: int) -> None:
+def push_chunks(explicit: deque, batch: list[WorkItem], size: int) -> None:
     """Put ``batch`` back at the front of the work, in order, as chunks of at most ``size``."""
     for chunk in reversed([batch[i:i + size] for i in range(0, len(batch), size)]):
         explicit.appendleft(chunk)
 
 
-def _take(queue: deque, size: int) -> list[_Work]:
+def take_batch(queue: deque, size: int) -> list[WorkItem]:
     first = queue.popleft()
     batch = [first]
     while queue and len(batch) < size and queue[0].group is first.group:
@@ -203,10 +203,10 @@ def _take(queue: deque, size: int) -> list[_Work]:
     return batch
 
 
-def _base_row(w: _Work, loaded_model: Any, settings_hash: str, controller: str) -> dict[str, Any]:
+def base_row(w: WorkItem, loaded_model: Any, settings_hash: str, controller: str) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "id": w.id, "status": "ok", "prompt": w.item.prompt,
-        "params": _jsonable(w.item.params or {}), "meta": _jsonable(w.item.meta) if w.item.meta is not None else None,
+        "params": jsonable(w.item.params or {}), "meta": jsonable(w.item.meta) if w.item.meta is not None else None,
         "line": w.item.line, "model": str(loaded_model.name), "controller": controller, "settings": settings_hash,
         "seed": w.seed, "text": None, "prompt_ids": None, "generated_ids": None, "nfe": None, "steps": None,
         "lookahead_nfe": None, "lookahead_fallbacks": None, "remasks": None, "fallback": w.fallback_reason is not None,
@@ -215,29 +215,29 @@ def _base_row(w: _Work, loaded_model: Any, settings_hash: str, controller: str) 
     }
 
 
-def _error_row(w: _Work, loaded_model: Any, settings_hash: str, kind: str, reason: str,
+def error_row(w: WorkItem, loaded_model: Any, settings_hash: str, kind: str, reason: str,
                fallback: Optional[Controller] = None) -> dict[str, Any]:
     ctrl = fallback if (w.mode == "fallback" and fallback is not None) else w.group.controller
-    row = _base_row(w, loaded_model, settings_hash, _name(ctrl))
+    row = base_row(w, loaded_model, settings_hash, controller_name(ctrl))
     row.update(status="error", error=reason or kind, error_type=kind, prompt_ids=list(w.ids) if w.ids else None)
     return row
 
 
-def _precheck(w: _Work, tokenizer: Any, loaded_model: Any, settings_hash: str) -> Optional[dict]:
+def precheck(w: WorkItem, tokenizer: Any, loaded_model: Any, settings_hash: str) -> Optional[dict]:
     """An error row for an item that cannot run (deterministic, so not retried), else ``None``."""
     if not w.item.prompt or not w.item.prompt.strip():
-        return _error_row(w, loaded_model, settings_hash, "empty_prompt", "prompt is empty")
+        return error_row(w, loaded_model, settings_hash, "empty_prompt", "prompt is empty")
     try:
         w.ids = [int(t) for t in tokenizer.encode(w.item.prompt)]
     except Exception as exc:  # noqa: BLE001
-        return _error_row(w, loaded_model, settings_hash, "encode",
-                          f"the tokenizer cannot encode the prompt: {_reason(exc)}")
+        return error_row(w, loaded_model, settings_hash, "encode",
+                          f"the tokenizer cannot encode the prompt: {failure_reason(exc)}")
     if not w.ids:
-        return _error_row(w, loaded_model, settings_hash, "empty_prompt", "prompt encodes to 0 tokens")
+        return error_row(w, loaded_model, settings_hash, "empty_prompt", "prompt encodes to 0 tokens")
     ctx = context_length(loaded_model)
     need = len(w.ids) + w.group.config.gen_length
     if ctx is not None and need > ctx:
-        return _error_row(w, loaded_model, settings_hash, "too_long",
+        return error_row(w, loaded_model, settings_hash, "too_long",
                           f"prompt of {len(w.ids)} tokens + gen_length {w.group.config.gen_length} = {need} "
                           f"positions exceeds the model's context of {ctx} positions")
     return None

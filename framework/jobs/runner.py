@@ -55,26 +55,26 @@ from framework.jobs.errors import (
     JobInputError,
     OutputFileError,
     ScorerFailure,
-    _free_memory,
-    _reason,
+    free_memory,
+    failure_reason,
     is_oom,
 )
-from framework.jobs.guards import _DeadlineModel, _GuardedController, _GuardedLookahead
-from framework.jobs.output import SETTINGS_ID, _ResultFile, _rewrite, _scan
+from framework.jobs.guards import DeadlineModel, GuardedController, GuardedLookahead
+from framework.jobs.output import SETTINGS_ID, ResultFile, rewrite_results, scan_results
 from framework.jobs.plan import (
-    _as_factory,
-    _base_row,
-    _describe_lookahead,
-    _dry_reset,
-    _error_row,
-    _hash,
-    _jsonable,
-    _name,
-    _plan,
-    _precheck,
-    _push_chunks,
-    _take,
-    _Work,
+    as_factory,
+    base_row,
+    describe_lookahead,
+    dry_reset,
+    error_row,
+    short_hash,
+    jsonable,
+    controller_name,
+    plan_work,
+    precheck,
+    push_chunks,
+    take_batch,
+    WorkItem,
     check_job_options,
 )
 from framework.jobs.summary import JobSummary
@@ -149,10 +149,10 @@ def run_generation_job(
     if seed is not None:
         base_cfg["seed"] = seed
     config = DecodeConfig.build(**base_cfg)
-    factory = _as_factory(controller_factory)
+    factory = as_factory(controller_factory)
     base_ctrl = factory()
     base_ctrl.validate()
-    _dry_reset(base_ctrl, config, int(denoiser.mask_token_id))
+    dry_reset(base_ctrl, config, int(denoiser.mask_token_id))
     if lookahead is not None and hasattr(lookahead, "validate"):
         lookahead.validate()
     fallback = None
@@ -160,18 +160,18 @@ def run_generation_job(
         fallback = (build_controller(fallback_controller) if isinstance(fallback_controller, str)
                     else fallback_controller)
         fallback.validate()
-        _dry_reset(fallback, config, int(denoiser.mask_token_id))
+        dry_reset(fallback, config, int(denoiser.mask_token_id))
     settings = {
-        "schema": SETTINGS_ID, "model": loaded_model.name, "controller": _jsonable(base_ctrl.to_dict()),
-        "config": _jsonable(_hashed_config(config)), "lookahead": _describe_lookahead(lookahead, lookahead_spec),
-        "fallback": _jsonable(fallback.to_dict()) if fallback is not None else None,
+        "schema": SETTINGS_ID, "model": loaded_model.name, "controller": jsonable(base_ctrl.to_dict()),
+        "config": jsonable(_hashed_config(config)), "lookahead": describe_lookahead(lookahead, lookahead_spec),
+        "fallback": jsonable(fallback.to_dict()) if fallback is not None else None,
     }
     info = getattr(loaded_model, "info", None) or {}
     loading = {k: info[k] for k in ("dtype", "chat_template") if k in info}  # hub checkpoints: --dtype, chat
     if loading:  # (absent for the tiny models, so their results files keep their settings hash)
         settings["loading"] = loading
-    settings_hash = _hash(settings)
-    works, problems = _plan(items, factory, base_ctrl, config, int(denoiser.mask_token_id), settings_hash)
+    settings_hash = short_hash(settings)
+    works, problems = plan_work(items, factory, base_ctrl, config, int(denoiser.mask_token_id), settings_hash)
     if problems and on_error == "refuse":
         raise JobInputError(problems)
     summary.skipped += problems
@@ -212,10 +212,10 @@ def run_generation_job(
                         refresh=False)
 
     try:
-        queue: deque[_Work] = deque()
+        queue: deque[WorkItem] = deque()
         pre_rows = []
         for w in todo:
-            row = _precheck(w, tokenizer, loaded_model, settings_hash)
+            row = precheck(w, tokenizer, loaded_model, settings_hash)
             if row is not None:
                 pre_rows.append(row)
             else:
@@ -227,14 +227,14 @@ def run_generation_job(
         for w in queue:
             order.setdefault(id(w.group), len(order))
         queue = deque(sorted(queue, key=lambda w: (order[id(w.group)], -len(w.ids))))
-        explicit: deque[list[_Work]] = deque()
+        explicit: deque[list[WorkItem]] = deque()
         while queue or explicit:
             if job_deadline is not None and time.monotonic() >= job_deadline:
                 summary.status = "job_timeout"
                 break
-            batch = explicit.popleft() if explicit else _take(queue, sizer.size)
+            batch = explicit.popleft() if explicit else take_batch(queue, sizer.size)
             if len(batch) > sizer.size:  # made before the last OOM: split to the current size first
-                _push_chunks(explicit, batch, sizer.size)
+                push_chunks(explicit, batch, sizer.size)
                 continue
             try:
                 rows = _decode_batch(batch, loaded_model, lookahead, fallback, settings_hash, item_timeout_s,
@@ -250,19 +250,19 @@ def run_generation_job(
                 raise
             except Exception as exc:  # noqa: BLE001 - classified, never lost
                 if is_oom(exc):
-                    _free_memory()
+                    free_memory()
                     if len(batch) > 1:
                         sizer.on_oom(len(batch))
                         say(f"out of memory at batch size {len(batch)}; retrying these items at {sizer.size}")
-                        _push_chunks(explicit, batch, sizer.size)
+                        push_chunks(explicit, batch, sizer.size)
                         continue
-                    kind, reason = "oom", f"out of memory at batch size 1 ({_reason(exc)})"
+                    kind, reason = "oom", f"out of memory at batch size 1 ({failure_reason(exc)})"
                 elif isinstance(exc, ControllerFailure):
                     kind, reason = "controller", str(exc)
                 elif isinstance(exc, ScorerFailure):
                     kind, reason = "scorer", str(exc)
                 else:
-                    kind, reason = "model", _reason(exc)
+                    kind, reason = "model", failure_reason(exc)
                 _on_failure(batch, kind, reason, explicit, sizer, summary, retried, max_retries, fallback,
                             emit, settings_hash, loaded_model)
                 continue
@@ -283,16 +283,16 @@ def run_generation_job(
 
 
 def _open_output(path: str, settings_hash: str, overwrite: bool, retry_errors: bool, fsync: bool,
-                 summary: JobSummary, say: Callable[[str], None]) -> tuple[_ResultFile, list[dict]]:
+                 summary: JobSummary, say: Callable[[str], None]) -> tuple[ResultFile, list[dict]]:
     """Lock the output first (no other job appends while this one reads and repairs it), read its
     rows, refuse rows written with other settings, cut a torn last line, drop error rows if asked."""
-    out = _ResultFile(path, fsync=fsync)
+    out = ResultFile(path, fsync=fsync)
     out.open()
     try:
         if overwrite:
-            _rewrite(path, [])
+            rewrite_results(path, [])
             out.reopen()
-        existing, note = _scan(path, repair=False)
+        existing, note = scan_results(path, repair=False)
         other = [r for r in existing if r["settings"] != settings_hash]
         if other:
             raise OutputFileError(
@@ -300,12 +300,12 @@ def _open_output(path: str, settings_hash: str, overwrite: bool, retry_errors: b
                 f"!= {settings_hash}: model, controller, decoding options, scorer or fallback differ); use "
                 f"another --output, or --overwrite to start it again")
         if note:
-            _scan(path, repair=True)
+            scan_results(path, repair=True)
             summary.notes.append(note)
             say(note)
         if retry_errors and any(r["status"] == "error" for r in existing):
             existing = [r for r in existing if r["status"] != "error"]
-            _rewrite(path, existing)
+            rewrite_results(path, existing)
             out.reopen()
             summary.notes.append("removed the error rows of the previous run; those items run again")
     except BaseException:
@@ -314,7 +314,7 @@ def _open_output(path: str, settings_hash: str, overwrite: bool, retry_errors: b
     return out, existing
 
 
-def _decode_batch(batch: list[_Work], loaded_model: Any, lookahead: Any, fallback: Optional[Controller],
+def _decode_batch(batch: list[WorkItem], loaded_model: Any, lookahead: Any, fallback: Optional[Controller],
                   settings_hash: str, item_timeout_s: Optional[float], job_deadline: Optional[float],
                   job_timeout_s: Optional[float], t_job: float) -> list[dict]:
     """Decode one batch (all of one group and mode) into rows; raises on any failure."""
@@ -322,21 +322,21 @@ def _decode_batch(batch: list[_Work], loaded_model: Any, lookahead: Any, fallbac
     group = batch[0].group
     ctrl = fallback if mode == "fallback" else group.controller
     assert ctrl is not None
-    la = _GuardedLookahead(lookahead) if (lookahead is not None and mode == "normal") else None
+    la = GuardedLookahead(lookahead) if (lookahead is not None and mode == "normal") else None
     started = time.monotonic()
-    model = _DeadlineModel(loaded_model.denoiser, started, item_timeout_s, job_deadline, job_timeout_s, t_job)
+    model = DeadlineModel(loaded_model.denoiser, started, item_timeout_s, job_deadline, job_timeout_s, t_job)
     t0 = time.perf_counter()
     tok = loaded_model.tokenizer
     extras = {"tokenizer": tok, "prompt_text": [w.item.prompt for w in batch],
               "meta": [dict(w.item.meta or {}) for w in batch]}
-    res = decode(model, [w.ids for w in batch], _GuardedController(ctrl, _name(ctrl)), group.config,
+    res = decode(model, [w.ids for w in batch], GuardedController(ctrl, controller_name(ctrl)), group.config,
                  seeds=[w.seed for w in batch], lookahead=la, extras=extras)
     latency = time.perf_counter() - t0
     step_fallbacks = res.fallbacks if res.fallbacks is not None else torch.zeros(len(batch), dtype=torch.long)
     rows = []
     for b, w in enumerate(batch):
         gen = [int(t) for t in res.generated[b].tolist()]
-        row = _base_row(w, loaded_model, settings_hash, _name(ctrl))
+        row = base_row(w, loaded_model, settings_hash, controller_name(ctrl))
         row.update(text=tok.decode(gen, stop_at_eos=True), prompt_ids=list(w.ids), generated_ids=gen,
                    nfe=int(res.nfe[b]), steps=int(res.steps[b]), lookahead_nfe=int(res.lookahead_nfe[b]),
                    lookahead_fallbacks=int(step_fallbacks[b]),
@@ -351,7 +351,7 @@ def _hashed_config(config: DecodeConfig) -> dict[str, Any]:
     return {k: v for k, v in config.get_params().items() if not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])}
 
 
-def _on_failure(batch: list[_Work], kind: str, reason: str, explicit: deque, sizer: BatchSizer,
+def _on_failure(batch: list[WorkItem], kind: str, reason: str, explicit: deque, sizer: BatchSizer,
                 summary: JobSummary, retried: set, max_retries: int, fallback: Optional[Controller],
                 emit: Callable[[list[dict]], None], settings_hash: str, loaded_model: Any) -> None:
     """Bisect a failed batch; retry, fall back or write an error row for a failed single item."""
@@ -371,7 +371,7 @@ def _on_failure(batch: list[_Work], kind: str, reason: str, explicit: deque, siz
     if kind == "controller" and w.mode != "fallback" and fallback is not None:
         w.mode, w.mode_failures = "fallback", 0
         w.fallback_reason = (f"{reason} (failed {max_retries + 1} times); decoded with "
-                             f"{_name(fallback)!r} without lookahead")
+                             f"{controller_name(fallback)!r} without lookahead")
         explicit.appendleft([w])
         return
     if kind == "scorer" and w.mode == "normal":
@@ -379,4 +379,4 @@ def _on_failure(batch: list[_Work], kind: str, reason: str, explicit: deque, siz
         w.fallback_reason = f"{reason} (failed {max_retries + 1} times); decoded without lookahead"
         explicit.appendleft([w])
         return
-    emit([_error_row(w, loaded_model, settings_hash, kind, reason, fallback)])
+    emit([error_row(w, loaded_model, settings_hash, kind, reason, fallback)])

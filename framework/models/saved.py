@@ -54,7 +54,7 @@ def save_pretrained(folder: "str | os.PathLike", denoiser: TinyDenoiser, *, task
     return folder
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     if not path.is_file():
         raise CheckpointError(f"{path}: file not found")
     try:
@@ -69,7 +69,7 @@ def _read_json(path: Path) -> dict:
 def is_saved_model(folder: "str | os.PathLike") -> bool:
     """Whether ``folder/config.json`` declares this project's format."""
     try:
-        return _read_json(Path(folder) / CONFIG_FILE).get("format") == FORMAT
+        return read_json(Path(folder) / CONFIG_FILE).get("format") == FORMAT
     except CheckpointError:
         return False
 
@@ -80,7 +80,7 @@ def load_pretrained(folder: "str | os.PathLike", device: str = "cpu", name: Opti
 
     folder = Path(folder)
     cfg_path, w_path = folder / CONFIG_FILE, folder / WEIGHTS_FILE
-    cfg = _read_json(cfg_path)
+    cfg = read_json(cfg_path)
     if cfg.get("format") != FORMAT:
         raise CheckpointError(f"{cfg_path}: format {cfg.get('format')!r} is not {FORMAT!r}")
     if int(cfg.get("format_version", 0)) > FORMAT_VERSION:
@@ -108,7 +108,7 @@ def load_pretrained(folder: "str | os.PathLike", device: str = "cpu", name: Opti
     denoiser.to(device).eval()
     metrics: dict = {}
     with contextlib.suppress(CheckpointError):
-        metrics = _read_json(folder / METRICS_FILE)
+        metrics = read_json(folder / METRICS_FILE)
     return LoadedModel(
         denoiser=denoiser, tokenizer=tok, name=name or str(folder), task=cfg.get("task"),
         info={"path": str(folder), "format": FORMAT, "task_params": cfg.get("task_params", {}),
@@ -118,7 +118,7 @@ def load_pretrained(folder: "str | os.PathLike", device: str = "cpu", name: Opti
 
 # ---------------------------------------------------------------------- load by name or path
 @contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
+def folder_lock(path: Path) -> Iterator[None]:
     """An exclusive file lock (so two processes do not train the same built-in model at once)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
@@ -131,5 +131,5 @@ def _lock(path: Path) -> Iterator[None]:
         yield
 
 
-def _looks_like_path(text: str) -> bool:
+def looks_like_path(text: str) -> bool:
     return os.sep in text or text.startswith((".", "~")) or (os.altsep is not None and os.altsep in text)

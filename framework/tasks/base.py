@@ -145,14 +145,14 @@ class Task(Configurable):
 
     def score(self, example: Example, output_text: str) -> float:
         """1.0 if ``output_text`` (decoded up to the first EOS) is exactly the answer, else 0.0."""
-        return float(_norm(output_text) == example.answer)
+        return float(fold_whitespace(output_text) == example.answer)
 
     def score_ids(self, example: Example, generated_ids: Any) -> float:
         """:meth:`score` of generated token ids (decoded up to the first EOS)."""
         return self.score(example, self.tokenizer.decode(generated_ids, stop_at_eos=True))
 
 
-def _norm(text: str) -> str:
+def fold_whitespace(text: str) -> str:
     return " ".join(text.split())
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 
 from framework.core.params import Param, ParameterError
-from framework.tasks.base import TASKS, Example, Task, _norm
+from framework.tasks.base import TASKS, Example, Task, fold_whitespace
 
 # ====================================================================== pairs
 #: group word -> its three two-word phrases; within a group no first or second word repeats, so a
@@ -62,7 +62,7 @@ class PairsTask(Task):
         return list(example.meta.get("groups") or example.prompt.rstrip(":").split(","))
 
     def _slots(self, output_text: str) -> list[tuple[str, ...]]:
-        return [tuple(part.split()) for part in _norm(output_text).split(",")]
+        return [tuple(part.split()) for part in fold_whitespace(output_text).split(",")]
 
     def score(self, example: Example, output_text: str) -> float:
         """1.0 if the output has one valid phrase of its group per slot, in order."""

@@ -8,7 +8,7 @@ import random
 from functools import lru_cache
 
 from framework.core.params import Param, ParameterError
-from framework.tasks.base import TASKS, Example, Task, _norm
+from framework.tasks.base import TASKS, Example, Task, fold_whitespace
 from framework.tasks.sudoku9_solver import grid_units
 
 
@@ -121,7 +121,7 @@ class SudokuTask(Task):
         return {i: int(c) for i, c in enumerate(cells) if c != "."}
 
     def score(self, example: Example, output_text: str) -> float:
-        text = _norm(output_text).replace("|", "")
+        text = fold_whitespace(output_text).replace("|", "")
         if len(text) != 16 or not text.isdigit():
             return 0.0
         grid = [int(c) for c in text]

@@ -23,7 +23,7 @@ import random
 from typing import Optional
 
 from framework.core.params import Param, ParameterError
-from framework.tasks.base import TASKS, Example, Task, _norm
+from framework.tasks.base import TASKS, Example, Task, fold_whitespace
 from framework.tasks.sudoku9_solver import CELLS, GRADES, carve, grade, is_valid_solution, random_grid
 
 #: givens of the training puzzles (uniform), wide enough to cover every test variant
@@ -116,7 +116,7 @@ class Sudoku9Task(Task):
 
     def score(self, example: Example, output_text: str) -> float:
         """1.0 if the output is a solved grid that keeps every given, else 0.0."""
-        text = _norm(output_text).replace(" ", "")
+        text = fold_whitespace(output_text).replace(" ", "")
         if len(text) != CELLS or not text.isdigit():
             return 0.0
         grid = [int(c) for c in text]

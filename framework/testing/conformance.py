@@ -74,58 +74,58 @@ from framework.testing.controller_harness import (
     Check,
     ConformanceError,
     G,
-    _bad_values,
-    _configs,
-    _context_toy,
-    _cparams,
-    _fail,
-    _flat_toys,
-    _make,
-    _Recorder,
-    _resolve,
-    _row,
-    _run,
-    _same,
+    bad_values,
+    harness_configs,
+    context_toy,
+    conformance_params_of,
+    fail_check,
+    flat_toys,
+    make_controller,
+    Recorder,
+    resolve_controller,
+    describe_row,
+    run_recorded,
+    same_row,
 )
 
 
 # ---------------------------------------------------------------------- parameter checks
 def check_params_declared(cls_or_name: Any) -> None:
     """Every __init__ keyword has a Param and vice versa; values stored as given; defaults build."""
-    cls = _resolve(cls_or_name)
+    cls = resolve_controller(cls_or_name)
     names, declared = cls._param_names(), set(cls.params)
     if set(names) != declared:
-        _fail(f"__init__ keywords {sorted(names)} differ from the Param specs in `params` {sorted(declared)}; "
+        fail_check(f"__init__ keywords {sorted(names)} differ from the Param specs in `params` {sorted(declared)}; "
               f"every hyper-parameter needs both")
     sig = inspect.signature(cls.__init__)
-    missing = [n for n in names if sig.parameters[n].default is inspect.Parameter.empty and n not in _cparams(cls)]
+    missing = [n for n in names if sig.parameters[n].default is inspect.Parameter.empty and n not in conformance_params_of(cls)]
     if missing:
-        _fail(f"parameters {missing} have no default; give one or return them from conformance_params()")
-    given = _cparams(cls)
+        fail_check(f"parameters {missing} have no default; give one or return them from conformance_params()")
+    given = conformance_params_of(cls)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         raw = cls(**given)
     for key, value in given.items():
         if getattr(raw, key, object()) is not value:
-            _fail(f"__init__ did not store {key}={value!r} as given (got {getattr(raw, key, None)!r}); "
+            fail_check(f"__init__ did not store {key}={value!r} as given (got {getattr(raw, key, None)!r}); "
                   f"keep logic out of __init__")
-    obj = _make(cls)
+    obj = make_controller(cls)
     if not obj.describe():
-        _fail("has no docstring; its first line is what `adec list` shows")
+        fail_check("has no docstring; its first line is what `adec list` shows")
 
 
 def check_param_validation(cls_or_name: Any) -> None:
     """Out-of-range values are refused by validate() with parameter, value and range named."""
-    cls = _resolve(cls_or_name)
-    base = _cparams(cls)
+    cls = resolve_controller(cls_or_name)
+    base = conformance_params_of(cls)
     for name, spec in cls.params.items():
-        for bad in _bad_values(spec):
+        for bad in bad_values(spec):
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
                     obj = cls(**{**base, name: bad})
             except Exception as exc:  # noqa: BLE001
-                _fail(f"__init__ raised {type(exc).__name__} for {name}={bad!r}; validation belongs in "
+                fail_check(f"__init__ raised {type(exc).__name__} for {name}={bad!r}; validation belongs in "
                       f"validate(), not __init__")
             try:
                 with warnings.catch_warnings():
@@ -136,34 +136,34 @@ def check_param_validation(cls_or_name: Any) -> None:
                 lacking = [what for what, text in (("the parameter", name), ("the value", repr(bad)),
                                                    ("the allowed range", spec.allowed())) if text not in msg]
                 if lacking:
-                    _fail(f"{name}={bad!r} was refused, but the message {msg!r} does not name "
+                    fail_check(f"{name}={bad!r} was refused, but the message {msg!r} does not name "
                           f"{' or '.join(lacking)} ({spec.allowed()!r})")
             except Exception as exc:  # noqa: BLE001
-                _fail(f"{name}={bad!r} raised {type(exc).__name__} ({exc}), expected ParameterError")
+                fail_check(f"{name}={bad!r} raised {type(exc).__name__} ({exc}), expected ParameterError")
             else:
-                _fail(f"{name}={bad!r} is outside the declared range ({spec.allowed()}) but validate() accepted it")
+                fail_check(f"{name}={bad!r} is outside the declared range ({spec.allowed()}) but validate() accepted it")
     try:
         cls.build(**base, no_such_parameter=1)
     except ParameterError as exc:
         if "no_such_parameter" not in str(exc):
-            _fail(f"an unknown parameter was refused, but the message {str(exc)!r} does not name it")
+            fail_check(f"an unknown parameter was refused, but the message {str(exc)!r} does not name it")
     except Exception as exc:  # noqa: BLE001
-        _fail(f"an unknown parameter raised {type(exc).__name__} ({exc}), expected ParameterError")
+        fail_check(f"an unknown parameter raised {type(exc).__name__} ({exc}), expected ParameterError")
     else:
-        _fail("build(no_such_parameter=1) was accepted; unknown parameter names must fail")
+        fail_check("build(no_such_parameter=1) was accepted; unknown parameter names must fail")
 
 
 def check_search_space(cls_or_name: Any) -> None:
     """Declared Optuna ranges lie inside the Param bounds and their endpoints build."""
-    cls = _resolve(cls_or_name)
+    cls = resolve_controller(cls_or_name)
     for name, spec in cls.search_space().items():
         tune = tuple(spec.tune)
         numeric = spec.kind in (int, float) and spec.choices is None
         if numeric:
             if len(tune) != 2 or not tune[0] <= tune[1]:
-                _fail(f"{name}: tune={tune!r} must be (low, high) with low ≤ high")
+                fail_check(f"{name}: tune={tune!r} must be (low, high) with low ≤ high")
             if spec.log and tune[0] <= 0:
-                _fail(f"{name}: a log-scale range needs low > 0, got {tune!r}")
+                fail_check(f"{name}: a log-scale range needs low > 0, got {tune!r}")
             values = [spec.kind(v) for v in tune]
         else:
             values = list(tune)
@@ -171,14 +171,14 @@ def check_search_space(cls_or_name: Any) -> None:
             try:
                 spec.check(cls.display_name(), name, v)
             except ParameterError as exc:
-                _fail(f"{name}: tune value {v!r} is outside the parameter's own range: {exc}")
-            _make(cls, **{name: v})
+                fail_check(f"{name}: tune value {v!r} is outside the parameter's own range: {exc}")
+            make_controller(cls, **{name: v})
 
 
 def check_get_params_round_trip(cls_or_name: Any) -> None:
     """cls(**c.get_params()) == c, for copies too, and decoding leaves the parameters alone."""
-    cls = _resolve(cls_or_name)
-    c = _make(cls)
+    cls = resolve_controller(cls_or_name)
+    c = make_controller(cls)
     p = c.get_params()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -186,10 +186,10 @@ def check_get_params_round_trip(cls_or_name: Any) -> None:
         clone.validate()
     for label, other in (("cls(**get_params())", clone), ("copy.deepcopy", copy.deepcopy(c))):
         if other.get_params() != p:
-            _fail(f"{label} gives {other.get_params()!r}, expected {p!r}")
-    _run(c, _context_toy(), PROMPTS[:2], DecodeConfig(gen_length=G))
+            fail_check(f"{label} gives {other.get_params()!r}, expected {p!r}")
+    run_recorded(c, context_toy(), PROMPTS[:2], DecodeConfig(gen_length=G))
     if c.get_params() != p:
-        _fail(f"decoding changed the parameters from {p!r} to {c.get_params()!r}; keep run state in "
+        fail_check(f"decoding changed the parameters from {p!r} to {c.get_params()!r}; keep run state in "
               f"state.memory, not in parameters")
 
 
@@ -203,156 +203,156 @@ def check_save_load_round_trip(cls_or_name: Any) -> None:
         save_controller,
     )
 
-    cls = _resolve(cls_or_name)
-    c = _make(cls)
+    cls = resolve_controller(cls_or_name)
+    c = make_controller(cls)
     config = DecodeConfig(gen_length=G, block_length=4)
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "controller.yaml"
         try:
             save_controller(c, path, decode_config=config, extra={"by": "conformance"})
         except Exception as exc:  # noqa: BLE001
-            _fail(f"save_controller raised {type(exc).__name__}: {exc}")
+            fail_check(f"save_controller raised {type(exc).__name__}: {exc}")
         doc = yaml.safe_load(path.read_text())
         if doc.get("controller") != c.display_name():
-            _fail(f"saved controller name {doc.get('controller')!r}, expected {c.display_name()!r}")
+            fail_check(f"saved controller name {doc.get('controller')!r}, expected {c.display_name()!r}")
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 loaded = load_controller(path)
         except Exception as exc:  # noqa: BLE001
-            _fail(f"load_controller refused the file it just saved: {type(exc).__name__}: {exc}\n{path.read_text()}")
+            fail_check(f"load_controller refused the file it just saved: {type(exc).__name__}: {exc}\n{path.read_text()}")
         if type(loaded) is not type(c) or loaded.get_params() != c.get_params():
-            _fail(f"loaded {type(loaded).__name__}({loaded.get_params()!r}), saved {cls.__name__}({c.get_params()!r})")
+            fail_check(f"loaded {type(loaded).__name__}({loaded.get_params()!r}), saved {cls.__name__}({c.get_params()!r})")
         if load_decode_config(path) != config.get_params():
-            _fail(f"load_decode_config gives {load_decode_config(path)!r}, saved {config.get_params()!r}")
-    model = _context_toy()
-    a, _ = _run(c, model, PROMPTS, config, SEEDS)
-    b, _ = _run(loaded, model, PROMPTS, config, SEEDS)
+            fail_check(f"load_decode_config gives {load_decode_config(path)!r}, saved {config.get_params()!r}")
+    model = context_toy()
+    a, _ = run_recorded(c, model, PROMPTS, config, SEEDS)
+    b, _ = run_recorded(loaded, model, PROMPTS, config, SEEDS)
     if not torch.equal(a.generated, b.generated) or not torch.equal(a.nfe, b.nfe):
-        _fail(f"the loaded controller decodes differently: {b.generated.tolist()} vs {a.generated.tolist()}")
+        fail_check(f"the loaded controller decodes differently: {b.generated.tolist()} vs {a.generated.tolist()}")
 
 
 # ---------------------------------------------------------------------- behaviour checks
 def check_decision_fields(cls_or_name: Any) -> None:
     """Decision fields have the documented shapes, dtypes and ranges; memory is per sample."""
-    cls = _resolve(cls_or_name)
-    for config in _configs() + _configs(block_length=4):
-        _, spy = _run(_make(cls), _context_toy(), PROMPTS, config, SEEDS)
+    cls = resolve_controller(cls_or_name)
+    for config in harness_configs() + harness_configs(block_length=4):
+        _, spy = run_recorded(make_controller(cls), context_toy(), PROMPTS, config, SEEDS)
         if spy.problems["fields"]:
-            _fail(f"with {config!r}: " + "; ".join(spy.problems["fields"]))
+            fail_check(f"with {config!r}: " + "; ".join(spy.problems["fields"]))
 
 
 def check_batch_invariance(cls_or_name: Any, block_length: Optional[int] = None) -> None:
     """A batch of N ragged, different prompts decodes exactly like N single runs."""
-    cls = _resolve(cls_or_name)
-    model = _context_toy()
-    for config in _configs(block_length):
-        batch, _ = _run(_make(cls), model, PROMPTS, config, SEEDS)
+    cls = resolve_controller(cls_or_name)
+    model = context_toy()
+    for config in harness_configs(block_length):
+        batch, _ = run_recorded(make_controller(cls), model, PROMPTS, config, SEEDS)
         for i, (prompt, seed) in enumerate(zip(PROMPTS, SEEDS)):
-            single, _ = _run(_make(cls), model, [prompt], config, [seed])
-            if not _same(batch, i, single, 0):
-                _fail(f"with {config!r}, prompt {list(prompt)} (seed {seed}) decoded alone gives "
-                      f"{_row(single, 0)}, but as row {i} of a batch of {len(PROMPTS)} gives {_row(batch, i)}; "
+            single, _ = run_recorded(make_controller(cls), model, [prompt], config, [seed])
+            if not same_row(batch, i, single, 0):
+                fail_check(f"with {config!r}, prompt {list(prompt)} (seed {seed}) decoded alone gives "
+                      f"{describe_row(single, 0)}, but as row {i} of a batch of {len(PROMPTS)} gives {describe_row(batch, i)}; "
                       f"a row's decisions must depend only on its own features and state.memory rows")
 
 
 def check_determinism(cls_or_name: Any) -> None:
     """Same seed, same decisions; stochastic controllers differ across seeds, others do not."""
-    cls = _resolve(cls_or_name)
-    model = _context_toy()
-    for config in _configs():
-        reused = _make(cls)
-        runs = [_run(ctrl, model, PROMPTS, config, SEEDS) for ctrl in (reused, reused, _make(cls))]
+    cls = resolve_controller(cls_or_name)
+    model = context_toy()
+    for config in harness_configs():
+        reused = make_controller(cls)
+        runs = [run_recorded(ctrl, model, PROMPTS, config, SEEDS) for ctrl in (reused, reused, make_controller(cls))]
         (r0, s0) = runs[0]
         for label, (r, s) in zip(("the same instance again", "a fresh instance"), runs[1:]):
             same_steps = len(s.steps) == len(s0.steps) and all(
                 torch.equal(x["commit"], y["commit"]) for x, y in zip(s.steps, s0.steps))
             if not (torch.equal(r.generated, r0.generated) and torch.equal(r.nfe, r0.nfe) and same_steps):
-                _fail(f"with {config!r} and the same seeds, {label} decided differently: "
+                fail_check(f"with {config!r} and the same seeds, {label} decided differently: "
                       f"{r.generated.tolist()} (nfe {r.nfe.tolist()}) vs {r0.generated.tolist()} "
                       f"(nfe {r0.nfe.tolist()}); draw randomness from state.seeds (framework.core.rng) and reset "
                       f"all run state in reset()")
-    c = _make(cls)
+    c = make_controller(cls)
     stochastic = bool(getattr(c, "stochastic", False))
     config = DecodeConfig(gen_length=G)
     traces = []
     for seed in range(6):
-        r, s = _run(c, model, [PROMPTS[2]], config, [seed])
+        r, s = run_recorded(c, model, [PROMPTS[2]], config, [seed])
         traces.append((tuple(r.generated[0].tolist()), tuple(tuple(x["commit"][0].tolist()) for x in s.steps)))
     distinct = len(set(traces))
     if stochastic and distinct == 1:
-        _fail("declares stochastic=True, but 6 different seeds gave identical decisions at temperature 0")
+        fail_check("declares stochastic=True, but 6 different seeds gave identical decisions at temperature 0")
     if not stochastic and distinct > 1:
-        _fail(f"does not declare stochastic=True, but at temperature 0 its decisions depend on the seed "
+        fail_check(f"does not declare stochastic=True, but at temperature 0 its decisions depend on the seed "
               f"({distinct} different traces over 6 seeds); set `stochastic = True` if that is intended")
 
 
 def check_progress(cls_or_name: Any) -> None:
     """≥ 1 commit per row with eligible positions every step, so the loop never forces one."""
-    cls = _resolve(cls_or_name)
-    cases = [("context toy", _context_toy(), [list(p) for p in PROMPTS])] + _flat_toys()
+    cls = resolve_controller(cls_or_name)
+    cases = [("context toy", context_toy(), [list(p) for p in PROMPTS])] + flat_toys()
     for label, model, prompts in cases:
-        for config in _configs():
-            result, spy = _run(_make(cls), model, prompts, config, SEEDS[: len(prompts)])
+        for config in harness_configs():
+            result, spy = run_recorded(make_controller(cls), model, prompts, config, SEEDS[: len(prompts)])
             if spy.problems["progress"] or int(result.forced.sum()):
-                _fail(f"on the {label} with {config!r}: forced={result.forced.tolist()}; "
+                fail_check(f"on the {label} with {config!r}: forced={result.forced.tolist()}; "
                       + "; ".join(spy.problems["progress"]))
             if (result.generated == model.mask_token_id).any():
-                _fail(f"on the {label}, decoding ended with masked positions left: {result.generated.tolist()}")
+                fail_check(f"on the {label}, decoding ended with masked positions left: {result.generated.tolist()}")
 
 
 def check_decided_positions(cls_or_name: Any, block_length: Optional[int] = None) -> None:
     """Commits ⊆ eligible; prompt tokens and committed tokens never change."""
-    cls = _resolve(cls_or_name)
-    for config in _configs(block_length):
-        _, spy = _run(_make(cls), _context_toy(), PROMPTS, config, SEEDS)
+    cls = resolve_controller(cls_or_name)
+    for config in harness_configs(block_length):
+        _, spy = run_recorded(make_controller(cls), context_toy(), PROMPTS, config, SEEDS)
         if spy.problems["subset"]:
-            _fail(f"with {config!r}: " + "; ".join(spy.problems["subset"]))
+            fail_check(f"with {config!r}: " + "; ".join(spy.problems["subset"]))
         for prompt, seed in zip(PROMPTS, SEEDS):
-            rec = _Recorder(_context_toy())
-            result, _ = _run(_make(cls), rec, [prompt], config, [seed])
+            rec = Recorder(context_toy())
+            result, _ = run_recorded(make_controller(cls), rec, [prompt], config, [seed])
             frames = [c for c in rec.canvases if c.shape[0] == 1] + [result.tokens]  # not batched probes
             n = len(prompt)
-            revocable = bool(getattr(_make(cls), "revocable", False))
+            revocable = bool(getattr(make_controller(cls), "revocable", False))
             for t, (before, after) in enumerate(zip(frames, frames[1:])):
                 decided = before != rec.mask_token_id
                 if revocable:  # re-masking is allowed; a token never turns into another one directly
                     decided &= after != rec.mask_token_id
                 if not torch.equal(before[decided], after[decided]) or before[0, :n].tolist() != list(prompt):
-                    _fail(f"prompt {list(prompt)}: a decided token changed between forward {t} and {t + 1}: "
+                    fail_check(f"prompt {list(prompt)}: a decided token changed between forward {t} and {t + 1}: "
                           f"{before[0].tolist()} -> {after[0].tolist()}")
 
 
 def check_semi_ar_blocks(cls_or_name: Any) -> None:
     """Inside semi-AR blocks: progress, commits ⊆ eligible and batch invariance still hold."""
-    cls = _resolve(cls_or_name)
+    cls = resolve_controller(cls_or_name)
     for block_length in (4, 2):
-        for config in _configs(block_length):
-            result, spy = _run(_make(cls), _context_toy(), PROMPTS, config, SEEDS)
+        for config in harness_configs(block_length):
+            result, spy = run_recorded(make_controller(cls), context_toy(), PROMPTS, config, SEEDS)
             problems = spy.problems["subset"] + spy.problems["progress"]
             if problems or int(result.forced.sum()):
-                _fail(f"with {config!r}: forced={result.forced.tolist()}; " + "; ".join(problems))
+                fail_check(f"with {config!r}: forced={result.forced.tolist()}; " + "; ".join(problems))
     check_batch_invariance(cls, block_length=2)
 
 
 def check_revocable_bounds(cls_or_name: Any) -> None:
     """Re-masks stay within the loop's bounds and decoding still finishes; others re-mask nothing."""
-    cls = _resolve(cls_or_name)
-    revocable = bool(getattr(_make(cls), "revocable", False))
-    configs = _configs() + _configs(block_length=4) if revocable else _configs(caches=("none",))[:1]
+    cls = resolve_controller(cls_or_name)
+    revocable = bool(getattr(make_controller(cls), "revocable", False))
+    configs = harness_configs() + harness_configs(block_length=4) if revocable else harness_configs(caches=("none",))[:1]
     for base in configs:
         config = DecodeConfig(**{**base.get_params(), "remask_budget": 2, "remask_per_position": 1})
-        result, spy = _run(_make(cls), _context_toy(), PROMPTS, config, SEEDS)
+        result, spy = run_recorded(make_controller(cls), context_toy(), PROMPTS, config, SEEDS)
         if spy.problems["subset"] or spy.problems["fields"]:
-            _fail(f"with {config!r}: " + "; ".join(spy.problems["subset"] + spy.problems["fields"]))
+            fail_check(f"with {config!r}: " + "; ".join(spy.problems["subset"] + spy.problems["fields"]))
         remasks = result.remasks if result.remasks is not None else torch.zeros_like(result.nfe)
         if not revocable and int(remasks.sum()):
-            _fail(f"re-masked {remasks.tolist()} tokens without declaring revocable = True")
+            fail_check(f"re-masked {remasks.tolist()} tokens without declaring revocable = True")
         if (remasks > 2).any() or (result.steps > G + 2).any():
-            _fail(f"with remask_budget=2: remasks {remasks.tolist()}, steps {result.steps.tolist()} "
+            fail_check(f"with remask_budget=2: remasks {remasks.tolist()}, steps {result.steps.tolist()} "
                   f"(at most 2 and {G + 2})")
-        if (result.generated == _context_toy().mask_token_id).any():
-            _fail(f"with {config!r}, decoding ended with masked positions left: {result.generated.tolist()}")
+        if (result.generated == context_toy().mask_token_id).any():
+            fail_check(f"with {config!r}, decoding ended with masked positions left: {result.generated.tolist()}")
 
 
 def _shadow_model() -> Any:
@@ -373,25 +373,25 @@ def _shadow_model() -> Any:
 def check_shadow_verification(cls_or_name: Any) -> None:
     """A controller that ``verifies`` gets the shadow block on a real transformer under every cache mode:
     no extra forward, a ragged batch equals single runs, decoding finishes (others: nothing to check)."""
-    cls = _resolve(cls_or_name)
-    if not bool(getattr(_make(cls), "verifies", False)):
+    cls = resolve_controller(cls_or_name)
+    if not bool(getattr(make_controller(cls), "verifies", False)):
         return
     model = _shadow_model()
-    for config in _configs(block_length=4):
-        batch, spy = _run(_make(cls), model, PROMPTS, config, SEEDS)
+    for config in harness_configs(block_length=4):
+        batch, spy = run_recorded(make_controller(cls), model, PROMPTS, config, SEEDS)
         problems = spy.problems["subset"] + spy.problems["fields"]
         if problems:
-            _fail(f"with {config!r} on a tiny transformer: " + "; ".join(problems))
+            fail_check(f"with {config!r} on a tiny transformer: " + "; ".join(problems))
         if not torch.equal(batch.nfe, batch.steps):
-            _fail(f"with {config!r}: NFE {batch.nfe.tolist()} but steps {batch.steps.tolist()}; the shadow block "
+            fail_check(f"with {config!r}: NFE {batch.nfe.tolist()} but steps {batch.steps.tolist()}; the shadow block "
                   f"rides in each step's forward, so a verifying controller costs one forward a step")
         if (batch.generated == model.mask_token_id).any():
-            _fail(f"with {config!r}, decoding ended with masked positions left: {batch.generated.tolist()}")
+            fail_check(f"with {config!r}, decoding ended with masked positions left: {batch.generated.tolist()}")
         for i, (prompt, seed) in enumerate(zip(PROMPTS, SEEDS)):
-            single, _ = _run(_make(cls), model, [prompt], config, [seed])
-            if not _same(batch, i, single, 0):
-                _fail(f"with {config!r} on a tiny transformer, prompt {list(prompt)} alone gives {_row(single, 0)}, "
-                      f"as row {i} of a batch {_row(batch, i)}")
+            single, _ = run_recorded(make_controller(cls), model, [prompt], config, [seed])
+            if not same_row(batch, i, single, 0):
+                fail_check(f"with {config!r} on a tiny transformer, prompt {list(prompt)} alone gives {describe_row(single, 0)}, "
+                      f"as row {i} of a batch {describe_row(batch, i)}")
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
@@ -418,7 +418,7 @@ def controller_checks() -> Iterator[tuple[str, Check]]:
 
 def expected_failures(cls_or_name: Any) -> dict[str, str]:
     """The class's ``conformance_expected_failures`` (check name -> reason), validated."""
-    cls = _resolve(cls_or_name)
+    cls = resolve_controller(cls_or_name)
     out = dict(getattr(cls, "conformance_expected_failures", {}) or {})
     unknown = [k for k in out if k not in dict(CHECKS)]
     if unknown:
@@ -432,7 +432,7 @@ def check_controller(cls_or_name: Any, *, checks: Optional[Sequence[str]] = None
     """Run the conformance checks on a controller; raise one :class:`ConformanceError` listing all
     unexpected failures. Expected failures (the class's ``conformance_expected_failures`` plus
     ``expected_failed_checks``) only warn, and warn too when they unexpectedly pass."""
-    cls = _resolve(cls_or_name)
+    cls = resolve_controller(cls_or_name)
     expected = {**expected_failures(cls), **(expected_failed_checks or {})}
     table = dict(CHECKS)
     selected = list(checks) if checks is not None else [n for n, _ in CHECKS]

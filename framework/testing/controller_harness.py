@@ -29,7 +29,7 @@ Check = Callable[[Any], None]
 
 
 # ---------------------------------------------------------------------- plumbing
-def _resolve(cls_or_name: Any) -> type:
+def resolve_controller(cls_or_name: Any) -> type:
     if isinstance(cls_or_name, str):
         return CONTROLLERS.get(cls_or_name)
     if isinstance(cls_or_name, type) and issubclass(cls_or_name, Controller):
@@ -37,32 +37,32 @@ def _resolve(cls_or_name: Any) -> type:
     raise TypeError(f"check_controller expects a controller name or class, got {cls_or_name!r}")
 
 
-def _cparams(cls: type) -> dict[str, Any]:
+def conformance_params_of(cls: type) -> dict[str, Any]:
     hook = getattr(cls, "conformance_params", None)
     return dict(hook()) if callable(hook) else {}
 
 
-def _make(cls: type, **override: Any) -> Controller:
+def make_controller(cls: type, **override: Any) -> Controller:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return cls.build(**{**_cparams(cls), **override})
+            return cls.build(**{**conformance_params_of(cls), **override})
         except Exception as exc:  # noqa: BLE001 - reported with the check's name
             raise ConformanceError(f"building it with {override or 'its conformance params'} raised "
                                    f"{type(exc).__name__}: {exc}") from exc
 
 
-def _fail(msg: str) -> None:
+def fail_check(msg: str) -> None:
     raise ConformanceError(msg)
 
 
-def _context_toy() -> Any:
+def context_toy() -> Any:
     from framework.testing.toys import ContextToyDenoiser
 
     return ContextToyDenoiser(vocab_size=16)
 
 
-def _flat_toys() -> list[tuple[str, Any, list[list[int]]]]:
+def flat_toys() -> list[tuple[str, Any, list[list[int]]]]:
     from framework.testing.toys import ToyDenoiser
 
     answer = [3, 1, 4, 1, 5, 9, 2, 6][:G]
@@ -159,7 +159,7 @@ class _Spy:
                 self._note("fields", f"info[{key!r}] must be a per-sample tensor with leading dimension {b}")
 
 
-def _run(controller: Controller, model: Any, prompts: Sequence[Sequence[int]], config: DecodeConfig,
+def run_recorded(controller: Controller, model: Any, prompts: Sequence[Sequence[int]], config: DecodeConfig,
          seeds: Optional[Sequence[int]] = None) -> tuple[DecodeResult, _Spy]:
     spy = _Spy(controller, int(model.vocab_size), int(model.mask_token_id))
     if config.cache != "none" and not supports_cache(model):  # a plain toy: served through a visible cache
@@ -180,23 +180,23 @@ def _run(controller: Controller, model: Any, prompts: Sequence[Sequence[int]], c
     return result, spy
 
 
-def _configs(block_length: Optional[int] = None, caches: Sequence[str] = CACHE_MODES) -> list[DecodeConfig]:
+def harness_configs(block_length: Optional[int] = None, caches: Sequence[str] = CACHE_MODES) -> list[DecodeConfig]:
     """Greedy and sampled decoding, under every KV-cache mode (the toys are served through
     :class:`framework.testing.toys.CachedToy` when a cache is on)."""
     return [DecodeConfig(gen_length=G, block_length=block_length, cache=cache, temperature=temperature)
             for cache in caches for temperature in (0.0, 0.8)]
 
 
-def _same(a: DecodeResult, i: int, b: DecodeResult, j: int) -> bool:
+def same_row(a: DecodeResult, i: int, b: DecodeResult, j: int) -> bool:
     return (torch.equal(a.generated[i], b.generated[j]) and int(a.nfe[i]) == int(b.nfe[j])
             and int(a.forced[i]) == int(b.forced[j]))
 
 
-def _row(r: DecodeResult, i: int) -> str:
+def describe_row(r: DecodeResult, i: int) -> str:
     return f"tokens {r.generated[i].tolist()}, nfe {int(r.nfe[i])}, forced {int(r.forced[i])}"
 
 
-def _bad_values(spec: Param) -> list[Any]:
+def bad_values(spec: Param) -> list[Any]:
     if spec.choices is not None:
         return ["<not-a-choice>"] if all(isinstance(c, str) for c in spec.choices) else []
     if spec.kind is bool:
@@ -211,7 +211,7 @@ def _bad_values(spec: Param) -> list[Any]:
     return out
 
 
-class _Recorder:
+class Recorder:
     """A denoiser wrapper that keeps every canvas it is shown (for single-prompt decodes)."""
 
     def __init__(self, model: Any) -> None:

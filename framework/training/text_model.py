@@ -74,13 +74,13 @@ def load_text_folder(folder: "str | os.PathLike", device: str = "cpu", name: Opt
 
 def load_text_model(device: str = "cpu", train_if_missing: bool = True, progress: bool = True) -> Any:
     """The cached ``tiny-text`` model, trained on first use (about 10 CPU minutes)."""
-    from framework.models.saved import CheckpointError, _lock
+    from framework.models.saved import CheckpointError, folder_lock
 
     folder = text_model_dir()
     if not (folder / "text.json").is_file():
         if not train_if_missing:
             raise CheckpointError(f"{folder / 'text.json'}: file not found (tiny-text is not trained yet)")
-        with _lock(folder.parent / f".{TEXT_MODEL}.lock"):
+        with folder_lock(folder.parent / f".{TEXT_MODEL}.lock"):
             if not (folder / "text.json").is_file():
                 print(f"adec: training {TEXT_MODEL} on the English corpus into {folder}", file=sys.stderr, flush=True)
                 staging = folder.parent / f".{TEXT_MODEL}.partial-{os.getpid()}"

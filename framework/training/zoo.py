@@ -31,9 +31,9 @@ from framework.models.protocol import LoadedModel
 from framework.models.saved import (
     CONFIG_FILE,
     CheckpointError,
-    _lock,
-    _looks_like_path,
-    _read_json,
+    folder_lock,
+    looks_like_path,
+    read_json,
     is_saved_model,
     load_pretrained,
     model_dir,
@@ -119,7 +119,7 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
         if not cfg.is_file():
             raise CheckpointError(f"{cfg}: file not found (a model folder needs a config.json: this "
                                   f"project's format or a Hugging Face model)")
-        _read_json(cfg)  # a corrupt config.json is reported here, naming the file
+        read_json(cfg)  # a corrupt config.json is reported here, naming the file
         from framework.models.hub_loading import load_hub_model
 
         return load_hub_model(str(path), **hub)
@@ -141,7 +141,7 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
                     f"{exc}. Also tried: a folder {path.resolve()} (does not exist); a built-in model name "
                     f"(known: {', '.join(MODELS.names())}, tiny-text)") from None
         tried = _tried(name_or_path, path)
-        if _looks_like_path(name_or_path) or path.exists():
+        if looks_like_path(name_or_path) or path.exists():
             raise CheckpointError(f"{path}: no such model folder. Tried: {tried}")
         raise UnknownNameError(f"unknown model {name_or_path!r} (and no such folder). Tried: {tried}")
     _no_query_chunk(query_chunk, name_or_path)
@@ -203,7 +203,7 @@ def _cast(loaded: LoadedModel, dtype: Any, torch_dtype: Any) -> LoadedModel:
 def _train_builtin(name: str, spec: ModelSpec, folder: Path, progress: bool) -> None:
     from framework.training.masked_diffusion import train_denoiser
 
-    with _lock(folder.parent / f".{name}.lock"):
+    with folder_lock(folder.parent / f".{name}.lock"):
         if (folder / CONFIG_FILE).exists():  # another process finished it meanwhile
             return
         if folder.exists() and any(folder.iterdir()):

@@ -39,13 +39,13 @@ def score_examples(loaded: LoadedModel, task: Any, controller: Controller, confi
     return [float(task.score(ex, t)) for ex, t in zip(examples, texts)], [int(n) for n in nfe]
 
 
-def _mean(xs: Sequence[float]) -> float:
+def mean(xs: Sequence[float]) -> float:
     return float(sum(xs) / len(xs)) if xs else float("nan")
 
 
-def _figures(correct: Sequence[float], nfe: Sequence[int], gen_length: int) -> dict[str, float]:
-    return {"accuracy": _mean(correct), "nfe": _mean(nfe),
-            "tpf": _mean([gen_length / max(1, n) for n in nfe]), "n": len(correct)}
+def accuracy_cost_figures(correct: Sequence[float], nfe: Sequence[int], gen_length: int) -> dict[str, float]:
+    return {"accuracy": mean(correct), "nfe": mean(nfe),
+            "tpf": mean([gen_length / max(1, n) for n in nfe]), "n": len(correct)}
 
 
 # ---------------------------------------------------------------------- one worker
@@ -105,29 +105,29 @@ def make_objective(settings: TuneSettings, loaded: LoadedModel, task: Any, confi
         trial.set_user_attr("worker", f"{worker}:{os.getpid()}")
         try:
             ctrl = cls.build(**params)
-            trial.set_user_attr("params", _plain(ctrl.get_params()))
+            trial.set_user_attr("params", plain_params(ctrl.get_params()))
             c1, n1 = score_examples(loaded, task, ctrl, config, chunk, settings.batch_size)
         except ParameterError as exc:  # sampled values incompatible with each other or the config
             trial.set_user_attr("invalid", str(exc))
             raise optuna.TrialPruned(f"invalid: {exc}") from None
-        trial.set_user_attr("chunk_accuracy", _mean(c1))
+        trial.set_user_attr("chunk_accuracy", mean(c1))
         floor = reference["chunk_accuracy"] - (settings.prune_margin if settings.prune_margin is not None else math.inf)
-        if rest and _mean(c1) < floor:
-            trial.set_user_attr("pruned_reason", f"chunk accuracy {_mean(c1):.3f} < {floor:.3f}")
-            raise optuna.TrialPruned(f"accuracy {_mean(c1):.3f} on the first {len(chunk)} examples")
+        if rest and mean(c1) < floor:
+            trial.set_user_attr("pruned_reason", f"chunk accuracy {mean(c1):.3f} < {floor:.3f}")
+            raise optuna.TrialPruned(f"accuracy {mean(c1):.3f} on the first {len(chunk)} examples")
         c2, n2 = score_examples(loaded, task, ctrl, config, rest, settings.batch_size)
-        fig = _figures(c1 + c2, n1 + n2, config.gen_length)
+        fig = accuracy_cost_figures(c1 + c2, n1 + n2, config.gen_length)
         trial.set_user_attr("tpf", fig["tpf"])
         return fig["accuracy"], fig["nfe"]
 
     return objective
 
 
-def _plain(params: dict[str, Any]) -> dict[str, Any]:
+def plain_params(params: dict[str, Any]) -> dict[str, Any]:
     return json.loads(json.dumps(params, default=str))
 
 
-def _count_done(study: Any, study_name: Optional[str] = None, states: Optional[tuple] = None) -> int:
+def count_done(study: Any, study_name: Optional[str] = None, states: Optional[tuple] = None) -> int:
     """Finished (complete or pruned) trials of a study, or of ``study_name`` in a storage; ``states``
     counts those states instead (``(TrialState.WAITING,)``: enqueued trials no worker took yet)."""
     import optuna
@@ -152,7 +152,7 @@ def run_worker(settings: TuneSettings, storage: Any, study_name: str, n_trials: 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     loaded, task, config = _load(settings, loaded)
     store = open_storage(storage)
-    done = _count_done(optuna.load_study(study_name=study_name, storage=store))
+    done = count_done(optuna.load_study(study_name=study_name, storage=store))
     remaining = n_trials - done
     if remaining <= 0:
         return 0
@@ -170,7 +170,7 @@ def run_worker(settings: TuneSettings, storage: Any, study_name: str, n_trials: 
     if verbose:
         callbacks.append(_print_trial)
     study.optimize(objective, n_trials=remaining, callbacks=callbacks, gc_after_trial=False)
-    return _count_done(study) - done
+    return count_done(study) - done
 
 
 def _print_trial(study: Any, trial: Any) -> None:

@@ -58,7 +58,7 @@ def open_storage(spec: Any, default_path: "str | os.PathLike | None" = None) -> 
                     **kwargs,
                 )
         except (sqlalchemy.exc.ArgumentError, sqlalchemy.exc.NoSuchModuleError, ImportError) as exc:
-            raise ParameterError(f"--storage={_redact(spec)!r} cannot be opened ({exc}); allowed: "
+            raise ParameterError(f"--storage={redact_url(spec)!r} cannot be opened ({exc}); allowed: "
                                  f"{storage_forms()}") from None
     raise ParameterError(f"--storage={spec!r} is not a storage; allowed: {storage_forms()}")
 
@@ -68,5 +68,5 @@ def storage_forms() -> str:
             "redis://HOST (journal), or nothing for <out>/<study>.db")
 
 
-def _redact(url: str) -> str:
+def redact_url(url: str) -> str:
     return re.sub(r"//[^/@]*@", "//***@", url)

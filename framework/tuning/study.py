@@ -64,15 +64,15 @@ from framework.tuning.objective import (
     REFERENCE,
     SETUP_KEYS,
     TuneSettings,
-    _count_done,
-    _figures,
-    _mean,
-    _plain,
+    count_done,
+    accuracy_cost_figures,
+    mean,
+    plain_params,
     run_worker,
     score_examples,
 )
 from framework.tuning.space import default_point, tuned_space
-from framework.tuning.storage import _redact, open_storage, storage_forms
+from framework.tuning.storage import redact_url, open_storage, storage_forms
 
 DEFAULT_OUT = Path("runs") / "tune"
 
@@ -206,16 +206,16 @@ def tune_controller(
     if reference is None:
         ref_ctrl = build_controller(REFERENCE)
         c, n = score_examples(loaded, task_obj, ref_ctrl, config, val, batch_size)
-        reference = {**_figures(c, n, config.gen_length),
-                     "chunk_accuracy": _mean(c[: settings.n_chunk]), "controller": REFERENCE}
+        reference = {**accuracy_cost_figures(c, n, config.gen_length),
+                     "chunk_accuracy": mean(c[: settings.n_chunk]), "controller": REFERENCE}
         study.set_user_attr("reference", reference)
-        study.set_user_attr("setup", _plain(settings.setup()))
+        study.set_user_attr("setup", plain_params(settings.setup()))
         point = default_point(cls, tuned_space(cls, fixed))
         if point is not None and not study.trials:
             study.enqueue_trial(point, skip_if_exists=True)
     if verbose:
-        print(f"study {study_name} in {_redact(str(storage_spec)) if isinstance(storage_spec, str) else 'memory'}: "
-              f"{_count_done(study)} finished trials, target {n_trials}; reference {REFERENCE} on "
+        print(f"study {study_name} in {redact_url(str(storage_spec)) if isinstance(storage_spec, str) else 'memory'}: "
+              f"{count_done(study)} finished trials, target {n_trials}; reference {REFERENCE} on "
               f"{n_val} validation examples: accuracy {reference['accuracy']:.3f}, NFE {reference['nfe']:.2f}",
               file=sys.stderr)
 
@@ -237,19 +237,19 @@ def tune_controller(
         plot_path = plot_front(study, chosen, reference, max_drop, out / f"{study_name}_pareto.png",
                                title=f"{controller} on {task_obj.name} ({model_label})")
     path = save_controller(ctrl, out / f"{study_name}.yaml", decode_config=config, extra={
-        "study": study_name, "storage": _redact(storage_spec) if isinstance(storage_spec, str) else "object",
+        "study": study_name, "storage": redact_url(storage_spec) if isinstance(storage_spec, str) else "object",
         "trial": chosen.number, "task": task_obj.name, "model": str(model_label),
         "rule": f"fewest mean NFE with validation accuracy >= {REFERENCE} - {max_drop:g}",
         "met_target": met, "validation": validation, "reference_validation": _pick(reference),
         "test": _pick(test), "reference_test": _pick(ref_test),
     })
     result = TuneResult(
-        study_name=study_name, storage=_redact(str(storage_spec)) if isinstance(storage_spec, str) else "object",
-        path=path, plot=plot_path, trial=chosen.number, params=_plain(ctrl.get_params()), met_target=met,
+        study_name=study_name, storage=redact_url(str(storage_spec)) if isinstance(storage_spec, str) else "object",
+        path=path, plot=plot_path, trial=chosen.number, params=plain_params(ctrl.get_params()), met_target=met,
         validation=validation, reference_validation=_pick(reference), test=_pick(test),
         reference_test=_pick(ref_test),
         front=[{"trial": t.number, "accuracy": t.values[0], "nfe": t.values[1], "params": t.params} for t in front],
-        n_trials=_count_done(study), ran=ran,
+        n_trials=count_done(study), ran=ran,
     )
     if verbose:
         print(report(result, front, chosen, config.gen_length))
@@ -264,7 +264,7 @@ def _check_setup(study: Any, settings: TuneSettings, storage_spec: Any) -> None:
     old = study.user_attrs.get("setup")
     if not old:
         return
-    new = _plain(settings.setup())
+    new = plain_params(settings.setup())
     for key in SETUP_KEYS:
         if key == "model":
             continue  # a LoadedModel's label may differ between calls; the rest must agree
@@ -283,13 +283,13 @@ def _run_workers(settings: TuneSettings, storage_spec: Any, store: Any, study_na
 
     ctx = mp.get_context(mp_context)
     threads = max(1, (os.cpu_count() or 1) // workers)
-    before = _count_done(store, study_name)
+    before = count_done(store, study_name)
     # enqueued trials (the default point) run here first: two processes can pop the same waiting
     # trial from an SQLite storage, and the second then fails ("Cannot tell a COMPLETE trial",
     # optuna/optuna#4621)
     from optuna.trial import TrialState
 
-    waiting = _count_done(store, study_name, states=(TrialState.WAITING,))
+    waiting = count_done(store, study_name, states=(TrialState.WAITING,))
     if waiting:
         run_worker(settings, store, study_name, min(n_trials, before + waiting), seed, 0, None, verbose, loaded)
     failures = ctx.SimpleQueue()  # a failing worker's traceback, so that the error says why
@@ -308,7 +308,7 @@ def _run_workers(settings: TuneSettings, storage_spec: Any, store: Any, study_na
             why.append(f"--- {name} ---\n{text}")
         raise RuntimeError(f"tuning worker(s) failed: {', '.join(bad)}; the study keeps what they finished"
                            + ("\n" + "\n".join(why) if why else ""))
-    return _count_done(store, study_name) - before
+    return count_done(store, study_name) - before
 
 
 def _worker_process(failures: Any, *args: Any) -> None:

@@ -414,7 +414,7 @@ def test_output_with_other_settings_or_a_corrupt_row_is_refused(tmp_path, refere
 
 
 def test_retry_errors_reruns_only_the_error_rows_and_a_locked_output_is_refused(tmp_path):
-    from framework.jobs.output import _ResultFile
+    from framework.jobs.output import ResultFile
 
     out = tmp_path / "o.jsonl"
     Picky.BAD = {stable_seed(0, "q1")}
@@ -425,7 +425,7 @@ def test_retry_errors_reruns_only_the_error_rows_and_a_locked_output_is_refused(
             retry_errors=True)
     rows = by_id(out)
     assert (s.already_done, s.done) == (2, 1) and all(r["status"] == "ok" for r in rows.values()) and len(rows) == 3
-    holder = _ResultFile(str(out))
+    holder = ResultFile(str(out))
     holder.open()
     try:
         with pytest.raises(OutputFileError, match="o.jsonl is being written by another job"):
@@ -678,12 +678,12 @@ def test_rows_count_remasks_and_files_of_the_earlier_schema_still_resume(tmp_pat
 def test_item_deadline_is_checked_before_a_windowed_models_forwards_too():
     # the engine calls window_logits / shadow_window_logits of a windowed model, not its __call__
     from framework.jobs.errors import DeadlineExceeded
-    from framework.jobs.guards import _DeadlineModel
+    from framework.jobs.guards import DeadlineModel
     from framework.models.tiny import TinyConfig, TinyDenoiser
 
     tiny = TinyDenoiser(TinyConfig(vocab_size=12, mask_token_id=11, pad_token_id=0, eos_token_id=1, max_len=16,
                                    d_model=16, n_layers=1, n_heads=2, d_ff=32)).eval()
-    late = _DeadlineModel(tiny, started=time.monotonic() - 10, item_limit=1.0, job_deadline=None, job_limit=None,
+    late = DeadlineModel(tiny, started=time.monotonic() - 10, item_limit=1.0, job_deadline=None, job_limit=None,
                           job_started=time.monotonic())
     x = torch.randint(2, 10, (1, 8))
     for call in (lambda: late.window_logits(x, None, torch.arange(4, 8)[None]),
