@@ -110,15 +110,6 @@ class Controller(Configurable):
     #: (``evaluate``, :func:`framework.engine.reference.reference_tokens`) decode the same prompts,
     #: configuration and seeds with it first; its forwards are not the controller's.
     reference_param: ClassVar[Optional[str]] = None
-    #: set by controllers that need a reference generation y* in ``state.context.reference_tokens``
-    #: (the ``oracle``); callers decode :meth:`reference_controller` first (see
-    #: :func:`framework.engine.reference.reference_context`)
-    needs_reference: ClassVar[bool] = False
-
-    def reference_controller(self) -> Optional[str]:
-        """The controller spec whose output is this controller's reference, when it
-        ``needs_reference``; ``None`` otherwise."""
-        return None
 
     def reset(self, state: DecodeState) -> None:
         """Called once per decode call, before the first step. Default: validate, no memory."""

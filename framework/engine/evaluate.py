@@ -142,7 +142,7 @@ def evaluate(
 def summarise(task: Any, examples: Sequence[Any], texts: Sequence[str], results: Sequence[DecodeResult],
               config: DecodeConfig, *, strategy: str, lookahead: Any, seconds: float, peak_mb: float) -> EvalResult:
     """The :class:`EvalResult` of decoded ``texts`` (one per example, in order) and their batches'
-    ``results``: exact-match accuracy, NFE, tokens per forward, ``seconds`` per token, extras."""
+    ``results``: exact-match accuracy, NFE, tokens per forward, ``seconds`` per token, and the ``extra`` figures."""
     nfe = torch.cat([x.nfe for x in results]).float()
     steps = torch.cat([x.steps for x in results])
     la = torch.cat([x.lookahead_nfe for x in results]).float()
