@@ -63,19 +63,13 @@ class Sequential(Controller):
 
 
 def end_token_ids(state: DecodeState) -> tuple[int, ...]:
-    """Every token id that ends the text: the loop's ``eos_token_id`` plus the model's
-    ``eos_token_ids`` (LLaDA-Instruct ends answers with ``<|eot_id|>`` as well as ``<|endoftext|>``).
-
-    Read from ``state.eos_token_ids`` when the loop provides it, else from the model the loop puts in
-    ``state.extras["model"]`` (or an ``eos_token_ids`` entry of ``extras``).
-    """
+    """Every token id that ends the text: the loop's ``eos_token_id`` plus ``state.context.eos_token_ids``
+    (which the loop fills with the model's ``eos_token_ids``: LLaDA-Instruct ends answers with
+    ``<|eot_id|>`` as well as ``<|endoftext|>``), each once, in that order."""
     ids: list[int] = [] if state.eos_token_id is None else [int(state.eos_token_id)]
-    model = state.extras.get("model")
-    for source in (getattr(state, "eos_token_ids", None), state.extras.get("eos_token_ids"),
-                   getattr(model, "eos_token_ids", None)):
-        for i in source or ():
-            if i is not None and int(i) not in ids:
-                ids.append(int(i))
+    for i in state.context.eos_token_ids:
+        if i is not None and int(i) not in ids:
+            ids.append(int(i))
     return tuple(ids)
 
 

@@ -7,10 +7,10 @@
   write-up's "decode numeric fields autoregressively", or the wrapped controller's most confident
   one with ``order=confidence``). Spans are maximal runs of *number positions*:
 
-  - ``rule=digits``: a generation position whose token (decided, from ``state.extras["canvas"]``)
+  - ``rule=digits``: a generation position whose token (decided, from ``state.context.canvas``)
     or prediction x0 (masked) is a digit token; digit tokens are ``digit_ids``, else every id of
-    ``state.extras["tokenizer"]`` whose text matches ``token_regex``;
-  - ``rule=meta``: the positions the task marks, ``state.extras["span_mask"]`` bool ``[B, G]``;
+    ``state.context.tokenizer`` whose text matches ``token_regex``;
+  - ``rule=meta``: the positions the task marks, ``state.context.span_mask`` bool ``[B, G]``;
   - ``rule=both``: either.
 
 * ``compliance_entropy``: compliance penalties enter the entropy the wrapped controller sees,
@@ -154,18 +154,18 @@ class NumberGuard(Wrapper):
                                  f"expression ({exc})") from None
         if self.rule == "meta" and (self.digit_ids is not None or self.token_regex != r"^\s*\d\s*$"):
             self.warn_no_effect("digit_ids" if self.digit_ids is not None else "token_regex",
-                                "rule='meta' marks spans from state.extras['span_mask'] only")
+                                "rule='meta' marks spans from state.context.span_mask only")
 
     def reset(self, state: DecodeState) -> None:
         super().reset(state)
         self._digits: Optional[torch.Tensor] = None
         if self.rule != "meta":
             ids = list(self.digit_ids) if self.digit_ids is not None else None
-            tok = state.extras.get("tokenizer")
+            tok = state.context.tokenizer
             if ids is None and tok is not None:
                 ids = _tokenizer_ids(tok, self.token_regex)
             if ids is None:
-                warnings.warn("number_guard: no digit_ids and no tokenizer in decode(extras=...); "
+                warnings.warn("number_guard: no digit_ids and no tokenizer in decode(context=...); "
                               "rule 'digits' marks no positions", UserWarning, stacklevel=2)
             else:
                 self._digits = torch.as_tensor(sorted(set(ids)), dtype=torch.long, device=state.seeds.device)
@@ -177,10 +177,10 @@ class NumberGuard(Wrapper):
         marked = torch.zeros_like(f.eligible)
         digits = getattr(self, "_digits", None)
         if self.rule in ("digits", "both") and digits is not None and digits.numel():
-            canvas = state.extras.get("canvas")
+            canvas = state.context.canvas
             tok = f.x0 if canvas is None or canvas.shape != f.x0.shape else torch.where(f.masked, f.x0, canvas)
             marked |= torch.isin(tok, digits.to(tok.device)) & in_gen
-        span = state.extras.get("span_mask")
+        span = state.context.span_mask
         if self.rule in ("meta", "both") and isinstance(span, torch.Tensor):
             idx = f.position.clamp(0, max(0, span.shape[1] - 1))
             marked |= span.to(f.eligible.device).bool().gather(1, idx) & in_gen & (f.position < span.shape[1])
@@ -240,17 +240,17 @@ class ComplianceEntropy(Wrapper):
 
     def penalty(self, f: StepFeatures, state: DecodeState) -> torch.Tensor:
         """π ``[B, L]``: 1 at generation positions inside a violation of the predicted text."""
-        tok = state.extras.get("tokenizer")
+        tok = state.context.tokenizer
         pen = torch.zeros_like(f.entropy)
         if tok is None:
             return pen
         g = state.config.gen_length
-        canvas = state.extras.get("canvas")
+        canvas = state.context.canvas
         ids = f.x0 if canvas is None or canvas.shape != f.x0.shape else torch.where(f.masked, f.x0, canvas)
         specials = {getattr(tok, a, None) for a in ("eos_token_id", "pad_token_id", "mask_token_id")}
-        prompts = state.extras.get("prompt_text")
-        metas = state.extras.get("meta")
-        sample = state.extras.get("sample_index")
+        prompts = state.context.prompt_text
+        metas = state.context.meta
+        sample = state.context.sample_index
         pos = f.position.tolist()
         for b, row in enumerate(ids.tolist()):  # text matching is per row by nature
             gen = [(i, t) for i, (t, p) in enumerate(zip(row, pos[b])) if 0 <= p < g]

@@ -6,13 +6,16 @@ prediction already equals the reference: ``commit = eligible ∧ (x0 = y*)``. Wh
 position matches, it commits the most confident one with its reference token (a "forced" step),
 so every step commits at least one token and the output always equals the reference output.
 
-Where y* comes from: ``state.extras["reference_tokens"]`` (long ``[B, G]``) if the loop was
-given one, else the tokens bound with :meth:`Oracle.bind_reference`, else the oracle runs the
-reference decode itself at ``reset`` on the same prompts, configuration and seeds (the loop puts
-``model`` and ``prompts`` into ``state.extras``); the reference's forward passes are not counted
-in the oracle's NFE, which is the cost *if* the final tokens were known. :func:`oracle_decode` does
-both steps (reference decode, then the oracle) and :func:`evaluate_oracle` runs it over a task
-split, returning an :class:`~framework.engine.evaluate.EvalResult` like ``evaluate``. At ``reset`` the reference is copied into
+Where y* comes from: the caller. The oracle declares ``reference_param = "reference"``
+(:attr:`~framework.engine.controller.Controller.reference_param`), so a caller decodes the same
+prompts, configuration and seeds with the reference controller first and passes its generation as
+``DecodeContext.reference_tokens`` (long ``[B, G]``): ``evaluate`` does,
+:func:`framework.engine.reference.decode_with_reference` does, :func:`oracle_decode` does both steps
+and returns both results, and :func:`evaluate_oracle` runs it over a task split, returning an
+:class:`~framework.engine.evaluate.EvalResult` like ``evaluate``. Tokens bound with
+:meth:`Oracle.bind_reference` serve when the context has none. Without either, ``reset`` fails with
+:class:`MissingReferenceError`. The reference's forward passes are not counted in the oracle's NFE,
+which is the cost *if* the final tokens were known. At ``reset`` the reference is copied into
 ``state.memory`` (per sample), so the loop's row subsetting carries it along.
 """
 
@@ -23,12 +26,13 @@ from typing import Any, Optional, Sequence
 import torch
 
 from framework.core.params import Param, ParameterError
+from framework.engine.context import DecodeContext
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
+from framework.engine.loop import decode
 from framework.engine.selection import select_topk
 
-REFERENCE_KEY = "reference_tokens"
 MEMORY_KEY = "oracle.reference"
 
 
@@ -42,11 +46,7 @@ class Oracle(Controller):
 
     kind = "oracle"
     params = {"reference": Param(str, doc="controller whose output is the target (one token per step)")}
-    #: the reference decode at ``reset`` calls the same model, so the suite's forward recorder sees
-    #: the reference's canvases before the oracle's; tests/test_oracle.py checks decided positions
-    conformance_expected_failures = {
-        "decided_positions": "the reference decode run at reset shares the recorded model's forwards",
-    }
+    reference_param = "reference"
 
     def __init__(self, reference: str = "sequential") -> None:
         self.reference = reference
@@ -63,18 +63,18 @@ class Oracle(Controller):
 
     def reset(self, state: DecodeState) -> None:
         super().reset(state)
-        ref = state.extras.get(REFERENCE_KEY, getattr(self, "_bound", None))
+        ref = state.context.reference_tokens
+        if ref is None:
+            ref = getattr(self, "_bound", None)
         G = state.config.gen_length
-        if ref is None and "model" in state.extras:  # run the reference now (its NFE is not counted)
-            from framework.engine.loop import decode
-
-            ref = decode(state.extras["model"], state.extras["prompts"], build_controller(self.reference),
-                         state.config, seeds=state.seeds).generated
         if ref is None:
             raise MissingReferenceError(
-                "oracle needs the reference's final tokens of every sample: decode with "
-                "controllers.oracle.oracle_decode(model, prompts, config) or evaluate_oracle(...), "
-                "which run the reference first")
+                f"oracle needs the final tokens y* [batch, gen_length] of a reference decode "
+                f"(reference={self.reference!r}) and was given none; decode the same prompts, config and seeds "
+                f"with {self.reference!r} first and pass decode(..., context=DecodeContext(reference_tokens="
+                f"result.generated)), or let framework.engine.reference.decode_with_reference(model, prompts, "
+                f"oracle, config), evaluate(...), controllers.oracle.oracle_decode(...) or evaluate_oracle(...) "
+                f"run it for you")
         ref = torch.as_tensor(ref, dtype=torch.long, device=state.seeds.device)
         if tuple(ref.shape) != (state.batch_size, G):
             raise MissingReferenceError(f"oracle reference tokens have shape {tuple(ref.shape)}; this "
@@ -97,12 +97,10 @@ def oracle_decode(model: Any, prompts: Sequence[Sequence[int]], config: Any, see
                   reference: str = "sequential") -> tuple[Any, Any]:
     """Decode ``prompts`` with ``reference`` and then with the oracle; returns (oracle, reference)
     :class:`~framework.engine.loop.DecodeResult` s. ``trace`` info ``forced`` counts forced steps."""
-    from framework.engine.loop import decode
-
     ref = decode(model, prompts, build_controller(reference), config, seeds=seeds)
-    oracle = build_controller("oracle", reference=reference).bind_reference(ref.generated)
-    out = decode(model, prompts, oracle, config, seeds=seeds, trace=True)
-    oracle.bind_reference(None)
+    oracle = build_controller("oracle", reference=reference)
+    out = decode(model, prompts, oracle, config, seeds=seeds, trace=True,
+                 context=DecodeContext(reference_tokens=ref.generated))
     return out, ref
 
 

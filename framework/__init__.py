@@ -31,6 +31,8 @@ _EXPORTS = {
     "Controller": "framework.engine.controller",
     "Decision": "framework.engine.controller",
     "DecodeState": "framework.engine.controller",
+    "DecodeContext": "framework.engine.context",
+    "decode_with_reference": "framework.engine.reference",
     "CONTROLLERS": "framework.engine.controller",
     "StepFeatures": "framework.engine.features",
     "rank_within": "framework.engine.selection",

@@ -24,8 +24,9 @@ class DecodeConfig(Configurable):
         gen_length: number of generated positions G.
         block_length: semi-autoregressive block length (LLaDA's ``block_length``); ``None`` = G.
             Must divide ``gen_length``.
-        temperature: 0 = greedy argmax; > 0 = sampling of x0 from ``softmax(logits / T)`` in
-            float64 (LLaDA's recipe; see :func:`framework.engine.features.sample_tokens`).
+        temperature: 0 = greedy argmax; > 0 = sampling of x0 from ``softmax(logits / T)``, by
+            inverse CDF in float64 from one counter-based uniform per (seed, step, position): the
+            distribution of LLaDA's float64 Gumbel-max (:func:`framework.engine.features.sample_tokens`).
         eos_fill: end-of-text prediction: after an EOS is committed with confidence ≥
             ``eos_fill_threshold``, every later masked position is filled with EOS and never decoded.
         eos_fill_threshold: the confidence an EOS needs to trigger the fill.
@@ -50,7 +51,7 @@ class DecodeConfig(Configurable):
     params = {
         "gen_length": Param(int, low=1, doc="generated positions G"),
         "block_length": Param(int, low=1, nullable=True, doc="semi-AR block length (divides G); null = G"),
-        "temperature": Param(float, low=0.0, doc="0 = greedy; > 0 = Gumbel-max sampling"),
+        "temperature": Param(float, low=0.0, doc="0 = greedy; > 0 = sampling from softmax(z / T)"),
         "eos_fill": Param(bool, doc="fill after a confident EOS (end-of-text prediction)"),
         "eos_fill_threshold": Param(float, low=0.0, high=1.0, doc="confidence an EOS needs to fill"),
         "lookahead_budget": Param(int, low=0, doc="max extra NFE per sample for lookahead rollouts"),

@@ -7,8 +7,12 @@ A controller is built from keyword parameters (see :mod:`framework.core.params`)
   select, reorder or resume rows without knowing what they mean;
 * ``decide(features, state) -> Decision`` every step.
 
-Decisions are tensors: a commit mask ``[B, L]``, optional candidate counts ``k`` ``[B, L]`` and
-lookahead depths ``[B]``, optional next block lengths ``[B]``. No Python loop over samples.
+Decisions are tensors over the step's **window** (each row's current block, ``[B, W]``, the same
+slots as :class:`~framework.engine.features.StepFeatures`): a commit mask ``[B, W]``, optional
+candidate counts ``k`` ``[B, W]`` and lookahead depths ``[B]``, optional next block lengths ``[B]``.
+No Python loop over samples. What a controller may read about the call beyond the features
+(tokenizer, prompts, task meta, end-of-text ids, a reference) is the typed ``state.context``
+(:class:`~framework.engine.context.DecodeContext`).
 """
 
 from __future__ import annotations
@@ -29,12 +33,12 @@ class Decision:
     """What to do this step.
 
     Attributes:
-        commit: bool ``[B, L]``, positions to commit now (a subset of ``features.eligible``).
-        tokens: long ``[B, L]`` tokens to write at committed positions (default ``features.x0``).
-        k: long ``[B, L]`` candidates to keep at uncertain positions for lookahead (1 = none).
+        commit: bool ``[B, W]``, window slots to commit now (a subset of ``features.eligible``).
+        tokens: long ``[B, W]`` tokens to write at committed slots (default ``features.x0``).
+        k: long ``[B, W]`` candidates to keep at uncertain positions for lookahead (1 = none).
         depth: long ``[B]`` lookahead depth d (0 = commit directly, no rollout).
         next_block_length: long ``[B]`` length of the next semi-autoregressive block.
-        remask: bool ``[B, L]``, decided positions to return to the mask (revocable decoding;
+        remask: bool ``[B, W]``, decided slots to return to the mask (revocable decoding;
             only ``features.revocable`` slots count, within the loop's re-mask bounds).
         info: per-sample tensors worth tracing (e.g. the current η), logged with ``trace=True``.
     """
@@ -50,7 +54,8 @@ class Decision:
 
 @dataclass
 class DecodeState:
-    """What the loop knows beyond the features: configuration, seeds, controller memory."""
+    """What the loop knows beyond the features: configuration, seeds, controller memory and the
+    call's typed :class:`~framework.engine.context.DecodeContext`."""
 
     config: Any
     seeds: torch.Tensor
@@ -58,7 +63,6 @@ class DecodeState:
     eos_token_id: Optional[int] = None
     pad_token_id: Optional[int] = None
     memory: dict[str, torch.Tensor] = field(default_factory=dict)
-    extras: dict[str, Any] = field(default_factory=dict)
     context: DecodeContext = field(default_factory=DecodeContext)
 
     @property
@@ -74,8 +78,6 @@ class DecodeState:
             eos_token_id=self.eos_token_id,
             pad_token_id=self.pad_token_id,
             memory={k: v[index] for k, v in self.memory.items()},
-            extras={k: (v[index] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == self.batch_size else v)
-                    for k, v in self.extras.items()},
             context=self.context.rows(index),
         )
 
@@ -103,6 +105,11 @@ class Controller(Configurable):
     revocable: ClassVar[bool] = False
     #: set by controllers that read ``features.verify_prob`` (the loop then runs the verification)
     verifies: ClassVar[bool] = False
+    #: set by controllers that need a reference decode y* (``state.context.reference_tokens``
+    #: ``[B, G]``): the name of the parameter holding the reference controller's spec. Callers
+    #: (``evaluate``, :func:`framework.engine.reference.reference_tokens`) decode the same prompts,
+    #: configuration and seeds with it first; its forwards are not the controller's.
+    reference_param: ClassVar[Optional[str]] = None
 
     def reset(self, state: DecodeState) -> None:
         """Called once per decode call, before the first step. Default: validate, no memory."""

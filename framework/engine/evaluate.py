@@ -18,8 +18,10 @@ import torch
 from framework.core.measure import PeakMemory, median
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller
-from framework.engine.loop import DecodeResult, decode
+from framework.engine.loop import DecodeResult
+from framework.engine.reference import decode_with_reference
 
 #: what evaluation needs of a loaded model (framework.models.LoadedModel): ``.denoiser``, ``.tokenizer``
 LoadedModel = Any
@@ -72,7 +74,9 @@ def decode_texts(
     """Decode prompt texts in batches; returns texts, the per-batch results and generated ids.
 
     With a ``lookahead``, its scorers see the tokenizer, each sample's prompt text and task
-    ``metas`` (``state.extras``), so text and rule scorers read the candidates as text."""
+    ``metas`` (``state.context``), so text and rule scorers read the candidates as text. A
+    controller that needs a reference decode (``Controller.reference_param``, the oracle) gets it:
+    each batch is decoded with the reference first (not counted in the results)."""
     tok = loaded.tokenizer
     ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
     texts: list[str] = []
@@ -81,14 +85,13 @@ def decode_texts(
     for start in range(0, len(prompts), batch_size):
         chunk = prompts[start : start + batch_size]
         enc = [tok.encode(p) for p in chunk]
-        extras = None
+        context = None
         if lookahead is not None:
-            extras = {"tokenizer": tok, "prompt_text": list(chunk)}
-            if metas is not None:
-                extras["meta"] = list(metas[start : start + batch_size])
-        res = decode(loaded.denoiser, enc, controller, config,
-                     seeds=item_seeds(ids[start : start + batch_size], config.seed), lookahead=lookahead,
-                     extras=extras)
+            context = DecodeContext(tokenizer=tok, prompt_text=list(chunk),
+                                    meta=None if metas is None else list(metas[start : start + batch_size]))
+        seeds = item_seeds(ids[start : start + batch_size], config.seed)
+        res = decode_with_reference(loaded.denoiser, enc, controller, config, seeds=seeds, lookahead=lookahead,
+                                    context=context)
         results.append(res)
         for row in res.generated.tolist():
             gen_ids.append(row)
@@ -132,6 +135,14 @@ def evaluate(
         peak = max(peak, pm.peak_mb)
         if r == 0:
             texts, results = out_texts, out_results
+    return summarise(task, examples, texts, results, config, strategy=strategy or controller.display_name(),
+                     lookahead=lookahead, seconds=median(times), peak_mb=peak)
+
+
+def summarise(task: Any, examples: Sequence[Any], texts: Sequence[str], results: Sequence[DecodeResult],
+              config: DecodeConfig, *, strategy: str, lookahead: Any, seconds: float, peak_mb: float) -> EvalResult:
+    """The :class:`EvalResult` of decoded ``texts`` (one per example, in order) and their batches'
+    ``results``: exact-match accuracy, NFE, tokens per forward, ``seconds`` per token, and the ``extra`` figures."""
     nfe = torch.cat([x.nfe for x in results]).float()
     steps = torch.cat([x.steps for x in results])
     la = torch.cat([x.lookahead_nfe for x in results]).float()
@@ -143,7 +154,6 @@ def evaluate(
             id=ex.id, prompt=ex.prompt, answer=ex.answer, output=texts[i],
             correct=float(task.score(ex, texts[i])), nfe=int(nfe[i]), steps=int(steps[i]), meta=dict(ex.meta),
         ))
-    acc = sum(s.correct for s in samples) / max(1, len(samples))
     extra: dict[str, Any] = {}
     fwd = sum(x.forward_seconds for x in results)
     tot = sum(x.total_seconds for x in results)
@@ -153,17 +163,10 @@ def evaluate(
     if hasattr(task, "joint_coherence"):
         extra.update(coherence_summary(task, examples, texts))
     return EvalResult(
-        task=getattr(task, "name", str(task)),
-        strategy=strategy or controller.display_name(),
-        n=len(samples),
-        accuracy=acc,
-        nfe=float(nfe.mean()),
-        tpf=float((G / nfe.clamp(min=1)).mean()),
-        ms_per_token=1000.0 * median(times) / max(1, len(samples) * G),
-        peak_mem_mb=peak,
-        lookahead_nfe=float(la.mean()),
-        forced_steps=float(forced.mean()),
-        extra=extra,
+        task=getattr(task, "name", str(task)), strategy=strategy, n=len(samples),
+        accuracy=sum(s.correct for s in samples) / max(1, len(samples)), nfe=float(nfe.mean()),
+        tpf=float((G / nfe.clamp(min=1)).mean()), ms_per_token=1000.0 * seconds / max(1, len(samples) * G),
+        peak_mem_mb=peak_mb, lookahead_nfe=float(la.mean()), forced_steps=float(forced.mean()), extra=extra,
         samples=samples,
     )
 

@@ -2,12 +2,14 @@
 
 For every position the step computes, from the denoiser's logits:
 
-* ``x0``          the predicted token (argmax, or a Gumbel-max sample at temperature > 0),
+* ``x0``          the predicted token (argmax; at temperature T > 0 a sample of softmax(z / T),
+  drawn by inverse CDF from one counter-based uniform per position, :func:`sample_tokens`),
 * ``confidence``  p(x0), the probability of the predicted token (LLaDA's / Fast-dLLM's "confidence"),
 * ``top1_prob``, ``top2_prob`` and ``margin = top1 - top2`` (Dream's ``topk_margin``, the margin
   top-k controller's η test),
-* ``entropy``     H = -Σ p log p with p clamped at 1e-10 (Dream's ``entropy`` alg, EB-sampler, and
-  the entropy top-k controller's ``k = k_base + α·H/τ``),
+* ``entropy``     the exact H = -Σ p log p, computed as lse − Σ p·z (no clamp, no log over the
+  vocabulary; Dream's ``entropy`` alg, EB-sampler, and the entropy top-k controller's
+  ``k = k_base + α·H/τ``),
 * position features: ``position`` (index in the generation), ``position_in_block`` in [0, 1),
 * progress features: ``frac_masked`` and ``progress`` per sample.
 
@@ -28,8 +30,9 @@ import torch
 
 from framework.core.rng import uniform_at
 
-PROB_CLAMP = 1e-10
-GUMBEL_SALT = 0x5A17
+#: the salt of the sampling uniforms (``uniform_at(seed, step, SAMPLE_SALT, position)``); changing
+#: it changes every sample drawn at temperature > 0
+SAMPLE_SALT = 0x5A17
 
 
 @dataclass
@@ -157,7 +160,7 @@ def sample_tokens(
     cumulative sum and the search run in float64. The cost is one cumulative sum over the window
     instead of V hashed Gumbel draws per position.
     """
-    u = uniform_at(seeds, step, GUMBEL_SALT, position)
+    u = uniform_at(seeds, step, SAMPLE_SALT, position)
     return _window_stats(logits, u, temperature, chunk)[3]
 
 
@@ -189,41 +192,33 @@ def compute_features(
     it). At ``temperature > 0`` the prediction is a sample of ``softmax(logits / T)``
     (:func:`sample_tokens`) and ``confidence = p(x0)`` under the un-tempered softmax, as LLaDA does.
     """
+    x0, confidence, stats = _predictions(logits, temperature, seeds, step, rel)
+    blen = (block_end - block_start).clamp(min=1).float()
+    pos_in_block = ((rel - block_start[:, None]).float() / blen[:, None]).clamp(0.0, 1.0)
+    n_masked = masked.sum(1) if n_masked is None else n_masked
+    if window_index is None:
+        window_index = torch.arange(x0.shape[1], device=x0.device).expand_as(x0)
+    return StepFeatures(
+        x0=x0, confidence=confidence, eligible=eligible, masked=masked, position=rel,
+        position_in_block=pos_in_block, frac_masked=n_masked.float() / float(gen_length), step=step,
+        block_step=block_step, block_index=block_index, block_start=block_start, block_end=block_end,
+        block_masked_at_start=block_masked_at_start, n_eligible=eligible.sum(1), window_index=window_index,
+        logits=logits if keep_logits else None, **stats,
+    )
+
+
+def _predictions(logits: torch.Tensor, temperature: float, seeds: Optional[torch.Tensor], step: torch.Tensor,
+                 rel: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+    """x0 and its confidence p(x0) (the argmax and top-1 probability; at ``temperature > 0`` a sample
+    keyed by (seed, step, position) and its un-tempered probability), and :func:`token_statistics`."""
     u = None
     if temperature > 0:
         if seeds is None:
             raise ValueError("temperature > 0 needs per-sample seeds")
-        u = uniform_at(seeds, step, GUMBEL_SALT, rel)
+        u = uniform_at(seeds, step, SAMPLE_SALT, rel)
     tv, ti, entropy, sampled, sampled_p = _window_stats(logits, u, temperature)
     stats = {"top1_prob": tv[..., 0], "top2_prob": tv[..., 1], "top1_id": ti[..., 0], "top2_id": ti[..., 1],
              "margin": tv[..., 0] - tv[..., 1], "entropy": entropy}
     if temperature > 0:
-        x0, confidence = sampled, sampled_p
-    else:
-        x0 = stats["top1_id"]
-        confidence = stats["top1_prob"]
-    blen = (block_end - block_start).clamp(min=1).float()
-    pos_in_block = ((rel - block_start[:, None]).float() / blen[:, None]).clamp(0.0, 1.0)
-    n_masked = masked.sum(1) if n_masked is None else n_masked
-    frac_masked = n_masked.float() / float(gen_length)
-    if window_index is None:
-        window_index = torch.arange(x0.shape[1], device=x0.device).expand_as(x0)
-    return StepFeatures(
-        x0=x0,
-        confidence=confidence,
-        eligible=eligible,
-        masked=masked,
-        position=rel,
-        position_in_block=pos_in_block,
-        frac_masked=frac_masked,
-        step=step,
-        block_step=block_step,
-        block_index=block_index,
-        block_start=block_start,
-        block_end=block_end,
-        block_masked_at_start=block_masked_at_start,
-        n_eligible=eligible.sum(1),
-        window_index=window_index,
-        logits=logits if keep_logits else None,
-        **stats,
-    )
+        return sampled, sampled_p, stats
+    return stats["top1_id"], stats["top1_prob"], stats

@@ -152,7 +152,7 @@ class Lookahead(Configurable):
             continuation fails the scorer, try committing only what is near-certain); ``width`` must
             leave room for them.
         context: a :class:`framework.engine.scorer.ScoringContext` (tokenizer, prompt texts, meta);
-            per-call values in ``state.extras`` (``tokenizer``, ``meta``, ``prompt_text``) win.
+            per-call values in ``state.context`` (``tokenizer``, ``meta``, ``prompt_text``) win.
     """
 
     params = {
@@ -503,12 +503,12 @@ class Lookahead(Configurable):
 
     def _context(self, state: DecodeState, model: Any) -> ScoringContext:
         base = self.context or ScoringContext()
-        ex = state.extras
+        ctx = state.context
         return ScoringContext(
-            tokenizer=ex.get("tokenizer", base.tokenizer),
+            tokenizer=ctx.tokenizer if ctx.tokenizer is not None else base.tokenizer,
             denoiser=base.denoiser if base.denoiser is not None else model,
-            prompt_text=ex.get("prompt_text", base.prompt_text),
-            meta=ex.get("meta", base.meta),
+            prompt_text=ctx.prompt_text if ctx.prompt_text is not None else base.prompt_text,
+            meta=ctx.meta if ctx.meta is not None else base.meta,
             resources=base.resources,
             special_ids=base.special_ids,
         )

@@ -86,7 +86,7 @@ def rollout_candidates(canvas: torch.Tensor, cols: torch.Tensor, real: torch.Ten
     pidx = torch.arange(p, device=canvas.device)[None, :].expand(canvas.shape[0], p)
     prompt = x[src].gather(1, pidx) if p else torch.zeros(canvas.shape[0], 0, dtype=torch.long, device=canvas.device)
     pmask = pidx < start[:, None]
-    sample = state.extras.get("sample_index")
+    sample = state.context.sample_index
     source = sample[src] if isinstance(sample, torch.Tensor) else src
     return Candidates(tokens=gen, source=source.long(), prompt_ids=prompt, prompt_mask=pmask,
                       decided=gen != mask_id, logprobs=lp_rec.gather(1, gidx), logprob_mask=lp_mask.gather(1, gidx))
@@ -125,7 +125,6 @@ def controller_fill(controller: Any, logits: torch.Tensor, still: torch.Tensor, 
         seeds=state.seeds[src], window_index=window_index(f)[src],
     )
     sub = state.rows(src)
-    sub.extras["canvas"] = win
     sub.context.canvas = win
     d = controller.decide(feats, sub)
     return ensure_progress(d.commit & still, still, feats.confidence), feats.x0

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from framework.engine.context import DecodeContext
 from framework.engine.lookahead import Lookahead
 from framework.engine.scorer import Scorer, ScoringContext
 
@@ -22,7 +23,7 @@ def lookahead_sweep(
     examples of ``split`` with the same per-item seeds. ``depth`` caps the controller's
     ``Decision.depth`` (``max_depth``), so use a controller that asks for deep lookahead (e.g.
     ``confidence_ladder`` with ``d_max ≥ max(depths)``); ``config.lookahead_budget`` caps the extra
-    NFE per sample. Decoding gets ``extras`` with the tokenizer and each example's prompt text and
+    NFE per sample. Decoding gets a ``DecodeContext`` with the tokenizer and each example's prompt text and
     meta, so text scorers and ``compliance(numbers=meta)`` see them.
 
     Row keys: ``width, depth, accuracy, nfe, lookahead_nfe, tpf, fallbacks, peak_mem_mb,
@@ -49,8 +50,8 @@ def lookahead_sweep(
                 chunk = examples[i : i + batch_size]
                 res = decode(loaded.denoiser, [tok.encode(e.prompt) for e in chunk], controller, config,
                              seeds=item_seeds([e.id for e in chunk], config.seed), lookahead=la,
-                             extras={"tokenizer": tok, "prompt_text": [e.prompt for e in chunk],
-                                     "meta": [dict(e.meta, task=task.name) for e in chunk]})
+                             context=DecodeContext(tokenizer=tok, prompt_text=[e.prompt for e in chunk],
+                                                   meta=[dict(e.meta, task=task.name) for e in chunk]))
                 texts += [tok.decode(g.tolist(), stop_at_eos=True) for g in res.generated]
                 nfe.append(res.nfe)
                 la_nfe.append(res.lookahead_nfe)

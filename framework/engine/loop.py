@@ -2,24 +2,29 @@
 
 Layout of one row: ``[prompt_b, MASK × gen_length, PAD …]`` (right padded to the longest prompt,
 with an attention mask over the padding). Per sample the loop keeps the current block
-``[block_start, block_end)`` of the generation, its step counters and its NFE. Each step:
+``[block_start, block_end)`` of the generation, its step counters and its NFE. Each step is a
+pipeline of stages (:mod:`framework.engine.step`):
 
-1. one forward pass over the unfinished rows (1 NFE each, counted per sample), through the KV
-   cache policy (:class:`framework.engine.denoise.CacheSession`), giving logits of the **window**
-   only: each row's current block as ``[b, W]`` canvas columns (rows may be in different blocks
-   and blocks may differ in length; slots past a row's block are never eligible),
-2. :func:`framework.engine.features.compute_features` on the window,
-3. ``controller.decide`` -> :class:`framework.engine.controller.Decision`,
-4. optional lookahead (:mod:`framework.engine.lookahead`) replaces tokens at uncertain positions,
-5. commit (never outside ``eligible``; at least one token per unfinished row, so no stall),
-6. optional end-of-text fill: after a confident EOS, later masked positions become EOS,
-7. revocable decoding: decided positions the controller names in ``Decision.remask`` return to
-   the mask. Only positions this decode committed (``features.revocable``), each at most
-   ``remask_per_position`` times, at most ``remask_budget`` per sample; since every step commits
-   at least one masked position, a sample ends within ``gen_length + remask_budget`` steps.
-   A controller that ``verifies`` gets ``features.verify_prob``: each revocable slot's token
-   probability with the slot hidden (WINO's shadow block in the step's own forward, cached or
-   not, where the model has one; else exact probes, one counted forward each).
+1. **gather the window**: the unfinished rows, each one's current block as ``[b, W]`` canvas
+   columns (rows may be in different blocks and blocks may differ in length; slots past a row's
+   block are never eligible);
+2. **forward**: one forward pass over those rows (1 NFE each, counted per sample), through the KV
+   cache policy (:class:`framework.engine.denoise.CacheSession`), giving logits of the window only;
+   rows whose forward the lookahead already ran on this very canvas reuse it. A controller that
+   ``verifies`` gets ``features.verify_prob``: each revocable slot's token probability with the
+   slot hidden (WINO's shadow block in the step's own forward, cached or not, where the model has
+   one; else exact probes, one counted forward each);
+3. **features**: :func:`framework.engine.features.compute_features` on the window;
+4. **decide**: ``controller.decide`` -> :class:`framework.engine.controller.Decision`, with the
+   call's typed :class:`~framework.engine.context.DecodeContext` in ``state.context``;
+5. **refine**: optional lookahead (:mod:`framework.engine.lookahead`) replaces tokens at uncertain positions;
+6. **commit**: never outside ``eligible``; at least one token per unfinished row, so no stall;
+   optional end-of-text fill (after a confident EOS, later masked positions become EOS); revocable
+   decoding: decided positions the controller names in ``Decision.remask`` return to the mask. Only
+   positions this decode committed (``features.revocable``), each at most ``remask_per_position``
+   times, at most ``remask_budget`` per sample; since every step commits at least one masked
+   position, a sample ends within ``gen_length + remask_budget`` steps;
+7. **trace**: with ``trace=True``, one record per step.
 
 A block finishes when none of its positions is masked; the next starts where it ended, with the
 controller's ``next_block_length`` if it gave one (CadLLM-style adaptive blocks).
@@ -27,8 +32,8 @@ controller's ``next_block_length`` if it gave one (CadLLM-style adaptive blocks)
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Sequence
 
 import torch
 
@@ -36,10 +41,9 @@ from framework.core.measure import synced_clock
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller, DecodeState
-from framework.engine.denoise import (CacheSession, suppress_mask_logit, supports_shadow, token_logprob,
-                                     verification_logits)
-from framework.engine.features import compute_features
-from framework.engine.selection import ensure_progress
+from framework.engine.denoise import CacheSession, supports_shadow
+from framework.engine.step import (Canvas, Counters, Run, commit, decide, features, forward, gather_window,
+                                   record, refine)
 
 
 @dataclass
@@ -119,7 +123,7 @@ def decode(
     seeds: Any = None,
     lookahead: Any = None,
     trace: bool = False,
-    extras: Optional[dict[str, Any]] = None,
+    context: DecodeContext | None = None,
     initial: Any = None,
 ) -> DecodeResult:
     """Decode a batch of prompts with ``controller``.
@@ -136,12 +140,11 @@ def decode(
         lookahead: a :class:`framework.engine.lookahead.Lookahead` (scorers + rollout policy) or ``None``.
         trace: record per-step commit counts, the commit mask in canvas columns and the decision's
             ``info`` tensors.
-        extras: per-call values for controllers and the lookahead, put into ``state.extras``
-            (e.g. ``tokenizer``, per-sample ``meta`` / ``prompt_text`` lists, a ``span_mask``
-            ``[B, G]``). The loop adds ``sample_index`` ``[B]`` (row of each sample in this call)
-            and, every step, ``canvas``: the current tokens of the window ``[b, W]`` of the rows
-            being decided (masked where undecided), and ``generation``: their whole generation
-            ``[b, G]`` (for recorders such as DAgger's, which restart decoding from a visited state).
+        context: per-call facts for controllers and the lookahead (:class:`DecodeContext`: ``tokenizer``,
+            ``prompt_text`` / ``meta`` lists, a ``span_mask`` ``[B, G]``, ``reference_tokens``); not
+            modified. The loop's copy in ``state.context`` gets ``prompt_ids`` (default the prompts),
+            ``sample_index`` ``[B]``, ``eos_token_ids`` (default the model's), and every step the rows'
+            ``canvas`` ``[b, W]`` and ``generation`` ``[b, G]``.
         initial: long ``[B, G]``, a partly decided generation to continue from (the mask id where
             undecided; e.g. a state another decode visited); default all masked. Steps and NFE
             count from this call; block boundaries are the configuration's, the first block with
@@ -149,282 +152,109 @@ def decode(
     """
     config = config or DecodeConfig()
     config.validate()
+    run = start_run(model, prompts, controller, config, seeds=seeds, lookahead=lookahead, trace=trace,
+                    context=context, initial=initial)
+    max_steps = config.gen_length + 1 + config.effective_remask_budget  # ≥ 1 commit a step, ≤ budget re-masks
+    for _ in range(max_steps):
+        window = gather_window(run)
+        if window is None:
+            break
+        fwd = forward(run, window)
+        feats = features(run, window, fwd)
+        decision, view = decide(run, window, feats)
+        refined = refine(run, window, feats, decision, view)
+        outcome = commit(run, window, feats, decision, refined, fwd)
+        record(run, window, decision, outcome)
+    return finish(run)
+
+
+def start_run(model: Any, prompts: Sequence[Sequence[int]], controller: Controller, config: DecodeConfig, *,
+              seeds: Any, lookahead: Any, trace: bool, context: DecodeContext | None, initial: Any) -> Run:
+    """Lay out the canvas, build the state (with its context) and reset the controller."""
     device = model_device(model)
     t_start = synced_clock(device)
     mask_id = int(model.mask_token_id)
     eos_id = getattr(model, "eos_token_id", None)
     pad_id = getattr(model, "pad_token_id", None)
     pad_id = int(pad_id) if pad_id is not None else (int(eos_id) if eos_id is not None else mask_id)
-    G = config.gen_length
-    x, attn, gen_start = layout(prompts, G, mask_id, pad_id, device)
+    canvas = make_canvas(prompts, config.gen_length, mask_id, pad_id, device, initial)
+    B = canvas.x.shape[0]
+    state = DecodeState(config=config, seeds=sample_seeds(seeds, B, config.seed, device), mask_token_id=mask_id,
+                        eos_token_id=eos_id, pad_token_id=pad_id,
+                        context=call_context(context, prompts, model, device))
+    controller.reset(state)
+    counters = Counters.start(B, config.effective_block_length, config.gen_length, device)
+    c, rel = counters, canvas.rel
+    c.block_masked_at_start = ((canvas.x == mask_id) & canvas.in_gen & (rel < c.block_end[:, None])).sum(1)
+    verifies = bool(getattr(controller, "verifies", False))
+    return Run(model=model, controller=controller, config=config, lookahead=lookahead,
+               session=CacheSession(model, config.cache, config.cache_refresh, B, device), state=state,
+               canvas=canvas, counters=counters, verifies=verifies,
+               shadow_step=verifies and config.verification == "shadow" and supports_shadow(model),
+               trace=trace, t_start=t_start)
+
+
+def make_canvas(prompts: Sequence[Sequence[int]], gen_length: int, mask_id: int, pad_id: int,
+                device: torch.device, initial: Any = None) -> Canvas:
+    """The batch's :class:`Canvas`: :func:`layout`, with ``initial`` ``[B, G]`` written into the generation."""
+    x, attn, gen_start = layout(prompts, gen_length, mask_id, pad_id, device)
     B, L = x.shape
-    gen_index = (gen_start[:, None] + torch.arange(G, device=device)[None, :])
+    gen_index = gen_start[:, None] + torch.arange(gen_length, device=device)[None, :]
     if initial is not None:
         init = torch.as_tensor(initial, dtype=torch.long, device=device)
-        if tuple(init.shape) != (B, G):
-            raise ValueError(f"initial has shape {tuple(init.shape)}; expected (batch, gen_length) = ({B}, {G})")
+        if tuple(init.shape) != (B, gen_length):
+            raise ValueError(f"initial has shape {tuple(init.shape)}; expected (batch, gen_length) = "
+                             f"({B}, {gen_length})")
         x.scatter_(1, gen_index, init)
-    session = CacheSession(model, config.cache, config.cache_refresh, B, device)
-    lengths = gen_start + G  # real tokens per row (right padding after them)
     rel = torch.arange(L, device=device)[None, :] - gen_start[:, None]
-    in_gen = (rel >= 0) & (rel < G)
-    state = DecodeState(
-        config=config,
-        seeds=sample_seeds(seeds, B, config.seed, device),
-        mask_token_id=mask_id,
-        eos_token_id=eos_id,
-        pad_token_id=pad_id,
-    )
-    state.extras.update(extras or {})
-    state.extras["sample_index"] = torch.arange(B, device=device)
-    state.extras.setdefault("model", model)
-    state.extras.setdefault("prompts", [list(p) for p in prompts])
-    state.context = _context_from_extras(state.extras, prompts, model, device)
-    controller.reset(state)
+    return Canvas(x=x, attn=attn, gen_start=gen_start, gen_index=gen_index, rel=rel,
+                  in_gen=(rel >= 0) & (rel < gen_length), lengths=gen_start + gen_length,
+                  revocable=torch.zeros_like(x, dtype=torch.bool), remask_count=torch.zeros_like(x))
 
-    zeros = lambda: torch.zeros(B, dtype=torch.long, device=device)  # noqa: E731
-    nfe, steps, block_step, block_index, forced, la_nfe = (zeros() for _ in range(6))
-    next_len = torch.full((B,), config.effective_block_length, dtype=torch.long, device=device)
-    block_start = zeros()
-    block_end = next_len.clone().clamp(max=G)
-    block_masked_at_start = ((x == mask_id) & in_gen & (rel < block_end[:, None])).sum(1)  # = block_end unless `initial`
-    revocable = torch.zeros_like(x, dtype=torch.bool)  # positions this decode committed
-    remask_count = torch.zeros_like(x)
-    remasks = zeros()
-    verifies = bool(getattr(controller, "verifies", False))
-    # the shadow block rides in the step's forward; verification='probe' asks for the exact probes
-    shadow_step = verifies and config.verification == "shadow" and supports_shadow(model)
-    max_steps = G + 1 + config.effective_remask_budget  # ≥ 1 commit a step, ≤ budget re-masks a sample
-    pending: dict[int, tuple[torch.Tensor, ...]] = {}  # row -> (canvas, window columns, logits) from a lookahead
-    forward_s = 0.0
-    records: list[dict[str, Any]] = []
-    fallbacks = zeros()
-    escalations = zeros()
 
-    for _ in range(max_steps):  # every step commits ≥ 1 token per unfinished row
-        masked = (x == mask_id) & in_gen
-        n_masked = masked.sum(1)
-        unfinished = n_masked > 0
-        if not unfinished.any():
-            break
-        in_block = masked & (rel >= block_start[:, None]) & (rel < block_end[:, None])
-        for _advance in range(G):
-            need = unfinished & ~in_block.any(1)
-            if not need.any():
-                break
-            block_start = torch.where(need, block_end, block_start)
-            block_end = torch.where(need, (block_end + next_len).clamp(max=G), block_end)
-            block_index = block_index + need.long()
-            block_step = torch.where(need, torch.zeros_like(block_step), block_step)
-            in_block = masked & (rel >= block_start[:, None]) & (rel < block_end[:, None])
-            block_masked_at_start = torch.where(need, in_block.sum(1), block_masked_at_start)
+def call_context(context: DecodeContext | None, prompts: Sequence[Sequence[int]], model: Any,
+                 device: torch.device) -> DecodeContext:
+    """The loop's copy of the caller's context: ``prompt_ids`` (default the prompts), ``sample_index``
+    ``[B]``, ``eos_token_ids`` (default the model's ``eos_token_id`` and ``eos_token_ids``), its
+    row-aligned tensors on ``device`` (checked to have one row per prompt), no per-step views yet."""
+    ctx = replace(context) if context is not None else DecodeContext()
+    B = len(prompts)
+    for name in ("span_mask", "reference_tokens"):
+        t = getattr(ctx, name)
+        if t is None:
+            continue
+        t = torch.as_tensor(t, device=device)
+        if t.dim() != 2 or t.shape[0] != B:
+            raise ValueError(f"context.{name} has shape {tuple(t.shape)}; expected [batch, gen_length] "
+                             f"with batch = {B} (one row per prompt)")
+        setattr(ctx, name, t)
+    if ctx.prompt_ids is None:
+        ctx.prompt_ids = [list(p) for p in prompts]
+    if not ctx.eos_token_ids:
+        ctx.eos_token_ids = model_end_ids(model)
+    ctx.sample_index = torch.arange(B, device=device)
+    ctx.canvas = ctx.generation = None
+    return ctx
 
-        rows = unfinished.nonzero().squeeze(1)
-        full = rows.numel() == B
-        sub = (lambda t: t) if full else (lambda t: t[rows])  # noqa: E731
-        # the window: each row's current block, as [b, W] canvas columns
-        bs, blen = sub(block_start), sub(block_end - block_start)
-        width = int(blen.max())
-        slot = torch.arange(width, device=device)[None, :]
-        valid = slot < blen[:, None]
-        w_rel = bs[:, None] + torch.minimum(slot, (blen - 1)[:, None])  # pad slots repeat the last column
-        w_cols = sub(gen_start)[:, None] + w_rel
-        xs = sub(x)
-        w_tok = xs.gather(1, w_cols)
-        eligible = (w_tok == mask_id) & valid
-        rev_w = sub(revocable).gather(1, w_cols) & valid & (w_tok != mask_id)
-        t0 = synced_clock(device)
-        shadow = None
-        reused = _reusable(pending, rows, xs, w_cols, blen) & (not shadow_step)
-        if shadow_step:  # one forward (cached or not) gives the window and the shadow block
-            logits, shadow = session.logits_and_shadow(x, attn, rows, w_cols, valid, sub(block_index), sub(lengths))
-        elif reused.any():  # the lookahead already ran these rows' forward on this very canvas
-            logits = _with_reused(pending, rows, reused, width, lambda run: session.logits(
-                x, attn, rows[run], w_cols[run], valid[run], sub(block_index)[run], sub(lengths)[run]))
-        else:
-            logits = session.logits(x, attn, rows, w_cols, valid, sub(block_index), sub(lengths))
-        pending = {}  # spent, or stale: every unfinished row is decoded this step
-        if verifies and not shadow_step:
-            shadow, cost = verification_logits(model, xs, sub(attn), w_cols, rev_w,
-                                               exact=config.verification == "probe")
-            nfe[rows] += cost
-        forward_s += synced_clock(device) - t0
-        logits = suppress_mask_logit(logits, mask_id)
-        feats = compute_features(
-            logits,
-            eligible=eligible,
-            masked=eligible,
-            rel=w_rel,
-            gen_length=G,
-            block_start=bs,
-            block_end=sub(block_end),
-            block_index=sub(block_index),
-            block_masked_at_start=sub(block_masked_at_start),
-            step=sub(steps),
-            block_step=sub(block_step),
-            temperature=config.temperature,
-            seeds=sub(state.seeds),
-            window_index=w_cols,
-            n_masked=sub(n_masked),
-        )
-        feats.revocable = rev_w
-        if shadow is not None:
-            feats.verify_prob, feats.verify_top_prob = _verification(suppress_mask_logit(shadow, mask_id), w_tok, rev_w)
-        state.extras["canvas"] = w_tok
-        state.extras["generation"] = xs.gather(1, sub(gen_index))
-        state.context.canvas = state.context.generation = None  # per-step views, set on the rows decided
-        sub_state = state if full else state.rows(rows)
-        sub_state.context.canvas, sub_state.context.generation = w_tok, state.extras["generation"]
-        decision = controller.decide(feats, sub_state)
-        if not full:
-            state.update_rows(rows, sub_state)
-        tokens = decision.tokens if decision.tokens is not None else feats.x0
-        commit = decision.commit & feats.eligible
 
-        adopted = 0  # rollout steps the lookahead committed on top of this step (Lookahead.advance)
-        if lookahead is not None and decision.depth is not None:
-            budget_left = lookahead.budget_left(sub_state, sub(la_nfe))
-            la = lookahead.refine(model, xs, sub(attn), feats, decision, commit, tokens, sub_state, budget_left,
-                                  controller=controller)
-            tokens, commit = la.tokens, la.commit & feats.eligible
-            la_nfe[rows] += la.extra_nfe
-            nfe[rows] += la.extra_nfe
-            if getattr(la, "next_rows", None) is not None:  # a duck-typed lookahead may not offer a reuse
-                for i, r in enumerate(la.next_rows.tolist()):
-                    pending[int(rows[r])] = (la.next_canvas[i], w_cols[r, : int(blen[r])], la.next_logits[i])
-            fallbacks[rows] += la.fallback.long()
-            forward_s += la.forward_seconds
-            if la.advanced is not None:
-                adopted = la.advanced
-            if la.escalated is not None:
-                escalations[rows] += la.escalated.long()
+def model_end_ids(model: Any) -> tuple[int, ...]:
+    """Every end-of-text id a model names: its ``eos_token_id`` and then its ``eos_token_ids``."""
+    ids: list[int] = []
+    for i in [getattr(model, "eos_token_id", None), *(getattr(model, "eos_token_ids", None) or ())]:
+        if i is not None and int(i) not in ids:
+            ids.append(int(i))
+    return tuple(ids)
 
-        had_commit = commit.any(1)
-        commit = ensure_progress(commit, feats.eligible, feats.confidence)
-        forced[rows] += (~had_commit).long()
 
-        r_idx, c_idx = commit.nonzero(as_tuple=True)
-        xs[r_idx, w_cols[r_idx, c_idx]] = tokens[r_idx, c_idx]
-        if config.eos_fill and eos_id is not None:
-            own_conf = torch.where(tokens == feats.x0, feats.confidence, torch.zeros_like(feats.confidence))
-            trigger = (commit & (tokens == int(eos_id)) & (own_conf >= config.eos_fill_threshold)).any(1)
-            xs = _eos_fill(xs, trigger, sub(rel), sub(in_gen), mask_id, int(eos_id))
-        rev_s = sub(revocable)
-        rev_s[r_idx, w_cols[r_idx, c_idx]] = True
-        if decision.remask is not None:
-            budget = config.effective_remask_budget - sub(remasks)
-            rm = decision.remask.bool() & rev_w & ~commit
-            rm &= sub(remask_count).gather(1, w_cols) < config.remask_per_position
-            rm &= rm.long().cumsum(1) <= budget[:, None]  # the first ones, in window order
-            q_idx, s_idx = rm.nonzero(as_tuple=True)
-            cols = w_cols[q_idx, s_idx]
-            xs[q_idx, cols] = mask_id
-            rev_s[q_idx, cols] = False
-            remask_count[rows[q_idx], cols] += 1
-            remasks[rows] += rm.sum(1)
-        if full:
-            x, revocable = xs, rev_s
-        else:
-            x[rows] = xs
-            revocable[rows] = rev_s
-        nfe[rows] += (~reused).long()
-        steps[rows] += 1 + adopted
-        block_step[rows] += 1 + adopted
-        if decision.next_block_length is not None:
-            next_len[rows] = decision.next_block_length.to(next_len).clamp(min=1)
-        if trace:
-            canvas_commit = torch.zeros(rows.numel(), L, dtype=torch.bool, device=device)
-            canvas_commit[r_idx, w_cols[r_idx, c_idx]] = True
-            rec = {"rows": rows.cpu(), "commits": commit.sum(1).cpu(), "commit": canvas_commit.cpu(),
-                   "block_start": bs.cpu(), "block_end": sub(block_end).cpu()}
-            if decision.remask is not None:
-                canvas_rm = torch.zeros(rows.numel(), L, dtype=torch.bool, device=device)
-                canvas_rm[q_idx, cols] = True
-                rec["remask"] = canvas_rm.cpu()
-            rec.update({k: v.detach().cpu() for k, v in decision.info.items()})
-            records.append(rec)
-
-    generated = x.gather(1, gen_index)
+def finish(run: Run) -> DecodeResult:
+    """The call's :class:`DecodeResult`."""
+    cv, c = run.canvas, run.counters
     return DecodeResult(
-        tokens=x,
-        generated=generated,
-        gen_start=gen_start,
-        nfe=nfe,
-        steps=steps,
-        lookahead_nfe=la_nfe,
-        forced=forced,
-        remasks=remasks,
-        forward_seconds=forward_s,
-        total_seconds=synced_clock(device) - t_start,
-        fallbacks=fallbacks,
-        trace=records,
-        cache_refreshes=session.refreshes,
-        escalations=escalations,
+        tokens=cv.x, generated=cv.x.gather(1, cv.gen_index), gen_start=cv.gen_start, nfe=c.nfe, steps=c.steps,
+        lookahead_nfe=c.lookahead_nfe, forced=c.forced, remasks=c.remasks, forward_seconds=run.forward_seconds,
+        total_seconds=synced_clock(cv.x.device) - run.t_start, fallbacks=c.fallbacks, trace=run.records,
+        cache_refreshes=run.session.refreshes, escalations=c.escalations,
     )
-
-
-def _context_from_extras(extras: dict, prompts: Sequence[Sequence[int]], model: Any,
-                         device: torch.device) -> DecodeContext:
-    """The typed :class:`DecodeContext` of a call, from the ``extras`` it was given."""
-    eos = getattr(model, "eos_token_id", None)
-    eos_ids = tuple(int(e) for e in (extras.get("eos_token_ids") or ([] if eos is None else [eos])))
-    return DecodeContext(
-        tokenizer=extras.get("tokenizer"), prompt_ids=[list(p) for p in prompts],
-        prompt_text=extras.get("prompt_text"), meta=extras.get("meta"), eos_token_ids=eos_ids,
-        span_mask=extras.get("span_mask"), reference_tokens=extras.get("reference_tokens"),
-        sample_index=extras["sample_index"],
-    )
-
-
-def _reusable(pending: dict, rows: torch.Tensor, xs: torch.Tensor, cols: torch.Tensor,
-              blen: torch.Tensor) -> torch.Tensor:
-    """Rows ``[b]`` whose window logits a lookahead already computed on exactly this canvas."""
-    hit = torch.zeros(rows.numel(), dtype=torch.bool, device=rows.device)
-    if not pending:  # no lookahead ran last step: no host sync, no loop
-        return hit
-    for i, r in enumerate(rows.tolist()):
-        got = pending.get(r)
-        if got is not None and torch.equal(got[0], xs[i]) and torch.equal(got[1], cols[i, : int(blen[i])]):
-            hit[i] = True
-    return hit
-
-
-def _with_reused(pending: dict, rows: torch.Tensor, reused: torch.Tensor, width: int, run_forward: Any) -> torch.Tensor:
-    """Window logits ``[b, W, V]``: the pending ones where ``reused``, a forward for the other rows."""
-    run = (~reused).nonzero().squeeze(1)
-    ran = run_forward(run) if run.numel() else None
-    first = pending[int(rows[int(reused.nonzero()[0])])][2]
-    out = first.new_empty((rows.numel(), width, first.shape[-1]))
-    if ran is not None:
-        out[run] = ran.to(out.dtype)
-    for i in reused.nonzero().squeeze(1).tolist():
-        lg = pending[int(rows[i])][2][: pending[int(rows[i])][1].numel()]
-        n = min(width, lg.shape[0])
-        out[i, :n] = lg[:n]
-        out[i, n:] = lg[n - 1]  # padding slots repeat the last column, as a forward would
-    return out
-
-
-def _verification(logits: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """p(tokens) and the largest probability under ``logits`` ``[b, W, V]`` at ``where`` ``[b, W]``, NaN elsewhere."""
-    p = token_logprob(logits, tokens).exp()
-    z = logits.float()
-    top = (z.amax(-1) - torch.logsumexp(z, -1)).exp()
-    nan = torch.full_like(p, float("nan"))
-    return torch.where(where, p, nan), torch.where(where, top, nan)
-
-
-def _eos_fill(
-    x: torch.Tensor, trigger: torch.Tensor, rel: torch.Tensor, in_gen: torch.Tensor, mask_id: int, eos_id: int,
-) -> torch.Tensor:
-    """In rows where a confident EOS was committed (``trigger`` ``[B]``), fill the masked positions
-    after the row's first EOS with EOS."""
-    if not trigger.any():
-        return x
-    big = torch.iinfo(torch.long).max
-    eos_rel = torch.where((x == eos_id) & in_gen, rel, torch.full_like(rel, big)).min(1).values
-    fill = trigger[:, None] & in_gen & (x == mask_id) & (rel > eos_rel[:, None])
-    return torch.where(fill, torch.full_like(x, eos_id), x)
 
 
 def model_device(model: Any) -> torch.device:

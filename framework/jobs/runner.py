@@ -45,9 +45,11 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from framework.engine.config import LATER_DEFAULTS, DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller
 from framework.engine.controller_io import build_controller
 from framework.engine.loop import decode
+from framework.engine.reference import with_reference
 from framework.jobs.batcher import BatchSizer
 from framework.jobs.errors import (
     ControllerFailure,
@@ -327,10 +329,11 @@ def _decode_batch(batch: list[WorkItem], loaded_model: Any, lookahead: Any, fall
     model = DeadlineModel(loaded_model.denoiser, started, item_timeout_s, job_deadline, job_timeout_s, t_job)
     t0 = time.perf_counter()
     tok = loaded_model.tokenizer
-    extras = {"tokenizer": tok, "prompt_text": [w.item.prompt for w in batch],
-              "meta": [dict(w.item.meta or {}) for w in batch]}
+    context = DecodeContext(tokenizer=tok, prompt_text=[w.item.prompt for w in batch],
+                            meta=[dict(w.item.meta or {}) for w in batch])
+    context = with_reference(context, model, [w.ids for w in batch], ctrl, group.config, seeds=[w.seed for w in batch])
     res = decode(model, [w.ids for w in batch], GuardedController(ctrl, controller_name(ctrl)), group.config,
-                 seeds=[w.seed for w in batch], lookahead=la, extras=extras)
+                 seeds=[w.seed for w in batch], lookahead=la, context=context)
     latency = time.perf_counter() - t0
     step_fallbacks = res.fallbacks if res.fallbacks is not None else torch.zeros(len(batch), dtype=torch.long)
     rows = []

@@ -36,7 +36,7 @@ class _StateRecorder(StepRecorder):
         b, i = f.eligible.nonzero(as_tuple=True)
         return (feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.position[b, i].cpu(),
                 f.x0[b, i].cpu(), f.step[b].cpu(), rows.cpu(), f.step.cpu().clone(),
-                state.extras["generation"].cpu().clone())
+                state.context.generation.cpu().clone())
 
 
 @torch.no_grad()

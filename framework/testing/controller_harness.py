@@ -15,6 +15,7 @@ from framework.engine.controller import CONTROLLERS, Controller, Decision, Decod
 from framework.engine.denoise import supports_cache
 from framework.engine.features import StepFeatures
 from framework.engine.loop import DecodeResult, decode
+from framework.engine.reference import with_reference
 
 G = 8
 PROMPTS: tuple[tuple[int, ...], ...] = ((1, 2), (3,), (4, 5, 6), (7, 8, 9, 10))
@@ -162,14 +163,15 @@ class _Spy:
 def run_recorded(controller: Controller, model: Any, prompts: Sequence[Sequence[int]], config: DecodeConfig,
          seeds: Optional[Sequence[int]] = None) -> tuple[DecodeResult, _Spy]:
     spy = _Spy(controller, int(model.vocab_size), int(model.mask_token_id))
-    if config.cache != "none" and not supports_cache(model):  # a plain toy: served through a visible cache
-        from framework.testing.toys import CachedToy
-
-        model = CachedToy(model)
+    # a controller that needs a reference decode (the oracle) gets it from a run the recorder does not see
+    unrecorded = _cached(model.model if isinstance(model, Recorder) else model, config)
+    model = _cached(model, config)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            result = decode(model, [list(p) for p in prompts], spy, config, seeds=seeds)  # type: ignore[arg-type]
+            context = with_reference(None, unrecorded, [list(p) for p in prompts], controller, config, seeds=seeds)
+            result = decode(model, [list(p) for p in prompts], spy, config, seeds=seeds,  # type: ignore[arg-type]
+                            context=context)
         except ConformanceError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -178,6 +180,15 @@ def run_recorded(controller: Controller, model: Any, prompts: Sequence[Sequence[
                                    f"{type(exc).__name__}: {exc}"
                                    + (f"; before that: {'; '.join(seen)}" if seen else "")) from exc
     return result, spy
+
+
+def _cached(model: Any, config: DecodeConfig) -> Any:
+    """``model``, served through a visible cache when ``config`` has one and a plain toy has none."""
+    if config.cache != "none" and not supports_cache(model):
+        from framework.testing.toys import CachedToy
+
+        return CachedToy(model)
+    return model
 
 
 def harness_configs(block_length: Optional[int] = None, caches: Sequence[str] = CACHE_MODES) -> list[DecodeConfig]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from controllers.baselines import end_token_ids
+from controllers.baselines import Sequential, end_token_ids
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import DecodeState
 from framework.engine.controller_io import build_controller
@@ -63,7 +63,16 @@ def test_llada_random_and_end_token_sources():
     st = DecodeState(config=DecodeConfig(gen_length=4), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=V - 1,
                      eos_token_id=EOS)
     assert end_token_ids(st) == (EOS,)
-    st.extras["model"] = TwoEndsToy()
+    st.context.eos_token_ids = (EOS, EOT)  # what the loop fills in from a TwoEndsToy
     assert end_token_ids(st) == (EOS, EOT)
-    st.extras["eos_token_ids"] = [EOT, 7]
+    st.context.eos_token_ids = (EOT, 7)
     assert end_token_ids(st) == (EOS, EOT, 7)
+    seen = []  # the loop fills the context with the model's end tokens
+
+    class Spy(Sequential):
+        def decide(self, f, state):
+            seen.append(end_token_ids(state))
+            return super().decide(f, state)
+
+    decode(TwoEndsToy(), [[0, 1]], Spy(), DecodeConfig(gen_length=2))
+    assert seen and all(ids == (EOS, EOT) for ids in seen)

@@ -8,12 +8,15 @@ import torch
 from controllers.oracle import MissingReferenceError, evaluate_oracle, oracle_decode
 from framework.core.params import ParameterError
 from framework.engine.config import DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.controller_io import (
     build_controller,
     load_controller,
     save_controller,
 )
+from framework.engine.evaluate import evaluate
 from framework.engine.loop import decode
+from framework.engine.reference import decode_with_reference, reference_spec
 from framework.tasks.base import get_task
 from framework.testing.carry import carry_model
 from framework.testing.toys import ContextToyDenoiser, CouplingDenoiser, ToyDenoiser
@@ -90,14 +93,35 @@ def test_other_reference_and_round_trip(tmp_path):
 
 def test_missing_or_mismatched_reference_fails_clearly():
     oracle = build_controller("oracle")
-    # without a bound reference the oracle runs the reference decode itself at reset
-    auto = decode(ContextToyDenoiser(), PROMPTS, oracle, DecodeConfig(gen_length=8), seeds=SEEDS)
-    seq = decode(ContextToyDenoiser(), PROMPTS, build_controller("sequential"), DecodeConfig(gen_length=8), seeds=SEEDS)
+    config = DecodeConfig(gen_length=8)
+    # no model reaches a controller: without a reference the oracle refuses and says how to give one
+    with pytest.raises(MissingReferenceError, match=r"reference_tokens.*decode_with_reference"):
+        decode(ContextToyDenoiser(), PROMPTS, oracle, config, seeds=SEEDS)
+    # the callers that honour Controller.reference_param run the reference first
+    auto = decode_with_reference(ContextToyDenoiser(), PROMPTS, oracle, config, seeds=SEEDS)
+    seq = decode(ContextToyDenoiser(), PROMPTS, build_controller("sequential"), config, seeds=SEEDS)
     assert torch.equal(auto.generated, seq.generated) and (auto.nfe <= seq.nfe).all()
+    given = decode(ContextToyDenoiser(), PROMPTS, oracle, config, seeds=SEEDS,
+                   context=DecodeContext(reference_tokens=seq.generated))
+    assert torch.equal(given.generated, auto.generated) and torch.equal(given.nfe, auto.nfe)
+    with pytest.raises(ValueError, match=r"context.reference_tokens.*batch = 4"):
+        decode(ContextToyDenoiser(), PROMPTS, oracle, config, context=DecodeContext(reference_tokens=seq.generated[:2]))
     oracle.bind_reference(torch.zeros(2, 8, dtype=torch.long))
     with pytest.raises(MissingReferenceError, match=r"shape \(2, 8\).*\[4, 8\]"):
-        decode(ContextToyDenoiser(), PROMPTS, oracle, DecodeConfig(gen_length=8))
+        decode(ContextToyDenoiser(), PROMPTS, oracle, config)
     with pytest.raises(ParameterError, match="circular"):
         build_controller("oracle", reference="oracle")
     with pytest.raises(Exception, match="unknown controller 'nope'"):
         build_controller("oracle", reference="nope")
+
+
+def test_evaluate_runs_the_reference_the_oracle_names():
+    """``evaluate`` honours ``Controller.reference_param``: the oracle through it equals ``evaluate_oracle``."""
+    loaded, task = carry_model(), get_task("addition", digits=2)
+    config = DecodeConfig(gen_length=task.gen_length)
+    direct = evaluate_oracle(loaded, task, config, split="test", n=16, batch_size=8)
+    via = evaluate(loaded, task, build_controller("oracle"), config, split="test", n=16, batch_size=8)
+    assert [s.nfe for s in via.samples] == [s.nfe for s in direct.samples]
+    assert [s.output for s in via.samples] == [s.output for s in direct.samples]
+    assert reference_spec(build_controller("oracle", reference="llada")) == "llada"
+    assert reference_spec(build_controller("sequential")) is None

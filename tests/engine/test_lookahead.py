@@ -11,6 +11,7 @@ import torch
 
 from framework.core.params import ParameterError
 from framework.engine.config import DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller, Decision, DecodeState
 from framework.engine.controller_io import build_controller
 from framework.engine.lookahead import Lookahead
@@ -458,7 +459,7 @@ def test_number_guard_by_confidence_and_by_meta_spans():
     assert [int(r["commits"][0]) for r in res.trace] == [2, 1, 1]
     span = torch.tensor([[False, False, True, True]])  # the task marks positions 2-3 only
     meta_guard = build_controller("number_guard", inner="fast_dllm", rule="meta")
-    res2 = decode(m, [[12, 12]], meta_guard, cfg, trace=True, extras={"span_mask": span})
+    res2 = decode(m, [[12, 12]], meta_guard, cfg, trace=True, context=DecodeContext(span_mask=span))
     assert [int(r["commits"][0]) for r in res2.trace] == [3, 1]
 
 
@@ -467,7 +468,8 @@ def test_number_guard_finds_digits_through_the_tokenizer():
     assert tok.vocab_size == 15
     m = ToyDenoiser(answer=tok.encode("a012"), conf=[0.99] * 4, vocab_size=tok.vocab_size)
     guard = build_controller("number_guard", inner="fast_dllm")
-    res = decode(m, [tok.encode("bb")], guard, DecodeConfig(gen_length=4), trace=True, extras={"tokenizer": tok})
+    res = decode(m, [tok.encode("bb")], guard, DecodeConfig(gen_length=4), trace=True,
+                 context=DecodeContext(tokenizer=tok))
     assert [int(r["commits"][0]) for r in res.trace] == [2, 1, 1]
     with pytest.warns(UserWarning, match="marks no positions"):
         decode(m, [tok.encode("bb")], build_controller("number_guard", inner="fast_dllm"), DecodeConfig(gen_length=4))
@@ -483,7 +485,7 @@ def test_compliance_penalty_enters_the_entropy_of_entropy_topk():
     d_plain = decode(m, prompt, inner, cfg, trace=True)
     assert int(d_plain.trace[0]["commits"][0]) == len(text)  # every position is confident
     ce = build_controller("compliance_entropy", inner="entropy_topk", weight=2.0)
-    res = decode(m, prompt, ce, cfg, trace=True, extras={"tokenizer": tok})
+    res = decode(m, prompt, ce, cfg, trace=True, context=DecodeContext(tokenizer=tok))
     banned = len("the cheapest")  # "the cheapest" is penalised, " pc" is not
     assert int(res.trace[0]["commits"][0]) == len(text) - banned
     assert int(res.trace[0]["penalised"][0]) == banned
