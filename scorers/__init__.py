@@ -2,7 +2,7 @@
 
 from importlib import import_module
 
-_MODULES = ("logprob", "ar_logprob", "consistency", "repetition", "compliance", "sudoku_rules", "hybrid")
+_MODULES = ("logprob", "ar_logprob", "consistency", "repetition", "compliance", "sudoku_rules", "mixture")
 
 for _name in _MODULES:
     try:

@@ -155,7 +155,7 @@ def split_settings(controller_name: str, settings: Mapping[str, Any], *, flag: s
     :func:`build_controller` validates); ``defaults`` seed the decoding options. An unknown key
     raises :class:`ParameterError` naming ``flag``, the key and every allowed key.
     """
-    from framework.engine.config import DecodeConfig
+    from framework.engine.config import MOVED, DecodeConfig
 
     cfg_keys = set(DecodeConfig._param_names())
     tuned = controller_name.startswith("tuned:")
@@ -167,7 +167,7 @@ def split_settings(controller_name: str, settings: Mapping[str, Any], *, flag: s
     for key, value in settings.items():
         if key in own_keys:
             own[key] = value
-        elif key in cfg_keys:
+        elif key in cfg_keys or key in MOVED:  # a moved option reaches DecodeConfig.build, which says where it went
             cfg[key] = value
         elif ctrl_keys is None or key in ctrl_keys:
             ctrl[key] = value

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from framework.engine.lookahead import Lookahead
+from framework.engine.lookahead.facade import Lookahead
 from framework.engine.scorer import Scorer, ScoringContext
 
 
@@ -21,8 +21,8 @@ def lookahead_sweep(
     One row per setting (``width = depth = 0``: no lookahead), each decoding the same ``n``
     examples of ``split`` with the same per-item seeds. ``depth`` caps the controller's
     ``Decision.depth`` (``max_depth``), so use a controller that asks for deep lookahead (e.g.
-    ``confidence_ladder`` with ``d_max ≥ max(depths)``); ``config.lookahead_budget`` caps the extra
-    NFE per sample. Decoding gets ``extras`` with the tokenizer and each example's prompt text and
+    ``confidence_ladder`` with ``d_max ≥ max(depths)``); ``budget`` (a lookahead parameter, in
+    ``lookahead_params``) caps the extra NFE per sample. Decoding gets ``extras`` with the tokenizer and each example's prompt text and
     meta, so text scorers and ``compliance(numbers=meta)`` see them.
 
     Row keys: ``width, depth, accuracy, nfe, lookahead_nfe, tpf, fallbacks, peak_mem_mb,
