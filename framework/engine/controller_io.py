@@ -125,12 +125,14 @@ def load_controller(path: str | os.PathLike, **overrides: Any) -> Controller:
 
 def load_decode_config(path: str | os.PathLike) -> Optional[dict[str, Any]]:
     """The validated ``decode`` section of a saved controller file, or ``None`` if it has none."""
-    from framework.engine.config import DecodeConfig
+    from framework.engine.config import MOVED, DecodeConfig
 
     doc = _read(path)
     section = doc.get("decode")
     if section is None:
         return None
+    # a file saved before an option moved off the loop (``lookahead_budget``) still names it: not a loop option
+    section = {k: v for k, v in section.items() if k not in MOVED}
     try:
         return DecodeConfig.build(**section).get_params()
     except ParameterError as exc:
