@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from framework.core.params import ParameterError
@@ -61,5 +62,12 @@ def test_defaults_decode_sudoku9_as_the_configured_escalating_rules_verifier():
 def test_the_loops_lookahead_budget_moved_to_the_lookahead():
     with pytest.raises(ParameterError, match=r"lookahead_budget is no longer a decoding option.*--lookahead budget=N"):
         DecodeConfig.build(gen_length=8, lookahead_budget=16)
-    spent = __import__("torch").tensor([0, 5, 20])
+    from framework.cli.main import build_parser
+    from framework.cli.options import resolve_decoding
+
+    args = build_parser().parse_args(["decode", "--prompt", "x", "--controller", "margin_topk",
+                                      "--set", "lookahead_budget=128"])
+    with pytest.raises(ParameterError, match=r"lookahead_budget is no longer a decoding option.*--lookahead budget=N"):
+        resolve_decoding(args)
+    spent = torch.tensor([0, 5, 20])
     assert Lookahead(budget=16).budget_left(None, spent).tolist() == [16, 11, -4]

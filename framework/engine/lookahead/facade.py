@@ -45,9 +45,22 @@ from framework.core.params import Configurable, Param, ParameterError
 from framework.engine.controller import Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.lookahead.candidates import Branching, CandidatePlan
-from framework.engine.lookahead.ranking import (Ranking, Scores, best_candidates, branch_pseudo_likelihood,
-                                                rescore_pll, rollouts_as_candidates)
-from framework.engine.lookahead.rollout import Handback, Rollout, RolloutRows, RolloutRun, roll_out, rollout_rows
+from framework.engine.lookahead.ranking import (
+    Ranking,
+    Scores,
+    best_candidates,
+    branch_pseudo_likelihood,
+    rescore_pll,
+    rollouts_as_candidates,
+)
+from framework.engine.lookahead.rollout import (
+    Handback,
+    Rollout,
+    RolloutRows,
+    RolloutRun,
+    roll_out,
+    rollout_rows,
+)
 from framework.engine.lookahead.window import write_window
 from framework.engine.scorer import Scorer, ScoringContext
 

@@ -22,8 +22,13 @@ import torch
 from framework.core.measure import synced_clock
 from framework.core.params import Configurable, Param, ParameterError
 from framework.engine.controller import DecodeState
-from framework.engine.denoise import (suppress_mask_logit, supports_shadow, token_logprob, verification_logits,
-                                     window_logits)
+from framework.engine.denoise import (
+    supports_shadow,
+    suppress_mask_logit,
+    token_logprob,
+    verification_logits,
+    window_logits,
+)
 from framework.engine.features import StepFeatures
 from framework.engine.lookahead.candidates import CandidatePlan
 from framework.engine.lookahead.rollout import RolloutRows
@@ -140,7 +145,7 @@ def branch_pseudo_likelihood(model: Any, rows: RolloutRows, sel: torch.Tensor, s
                              mask_id: int) -> float:
     """log p(v_i | x with the other branch tokens) of the branch tokens of rows ``sel``, written into
     ``rows.lp_rec`` in place, one counted forward per (candidate, branch position); the seconds spent."""
-    n, m = rows.branch_pos.shape
+    m = rows.branch_pos.shape[1]
     ok = rows.branch_ok & sel[:, None]
     pairs = ok.reshape(-1).nonzero().squeeze(1)  # (candidate, branch position) pairs, one forward each
     cand, j = pairs // m, pairs % m

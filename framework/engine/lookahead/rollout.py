@@ -29,7 +29,12 @@ from framework.engine.controller import DecodeState
 from framework.engine.denoise import suppress_mask_logit, window_logits
 from framework.engine.features import StepFeatures, compute_features, sample_tokens
 from framework.engine.lookahead.candidates import CandidatePlan
-from framework.engine.lookahead.window import step_token_logprob, window_index, window_valid, write_window
+from framework.engine.lookahead.window import (
+    step_token_logprob,
+    window_index,
+    window_valid,
+    write_window,
+)
 from framework.engine.selection import ensure_progress, select_topk
 
 ROLLOUTS = ("threshold", "sequential", "controller")
