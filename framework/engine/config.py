@@ -15,6 +15,9 @@ VERIFICATIONS = ("shadow", "probe")
 #: options added after results files began recording a settings hash, with the default that keeps the
 #: earlier behaviour: left out of that hash at this default, so earlier files still resume
 LATER_DEFAULTS = {"verification": "shadow"}
+#: options removed from the loop after results files began recording a settings hash, with the value
+#: those files recorded (the default then): put back into that hash, so earlier files still resume
+REMOVED_DEFAULTS = {"lookahead_budget": 64}
 #: options that moved elsewhere: setting one fails with where it went
 MOVED = {"lookahead_budget": "the lookahead's budget: `lookahead: {budget: N}` in an experiment config, "
                              "`--lookahead budget=N` on the command line, `Lookahead(budget=N)` in Python"}
