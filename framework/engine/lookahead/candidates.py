@@ -55,7 +55,8 @@ def stable_positions(key: torch.Tensor, ok: torch.Tensor, m: int) -> tuple[torch
     return order, ok.gather(1, order)
 
 
-def alternatives(f: StepFeatures, rows: torch.Tensor, pos: torch.Tensor, kmax: int) -> tuple[torch.Tensor, torch.Tensor]:
+def alternatives(f: StepFeatures, rows: torch.Tensor, pos: torch.Tensor,
+                 kmax: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Top-``kmax`` token ids and log-probabilities ``[R, m, K]`` at the branch positions."""
     if f.logits is not None:
         lg = f.logits[rows].gather(1, pos[:, :, None].expand(-1, -1, f.logits.shape[-1]))
@@ -96,9 +97,10 @@ class Branching(Configurable):
                        tune=(2, 8)),
         "hold": Param(bool, doc="include the candidate that leaves the branch positions masked"),
         "escalate": Param(list, nullable=True,
-                          doc="thresholds τ_e in (0, 1] of escalation candidates (stricter commit rules), after the hold"),
-        "positions": Param(int, low=1, high=4, doc="branch positions per sample (m); kept for the joint (m ≥ 2) search",
-                           tune=(1, 2)),
+                          doc="thresholds τ_e in (0, 1] of escalation candidates (stricter commit rules), "
+                              "after the hold"),
+        "positions": Param(int, low=1, high=4, tune=(1, 2),
+                           doc="branch positions per sample (m); kept for the joint (m ≥ 2) search"),
         "branch": Param(str, choices=BRANCHES,
                         doc="branch at the lowest- or highest-margin uncertain positions (findings compare both)"),
     }
@@ -153,7 +155,8 @@ class Branching(Configurable):
         """The hold, the escalations and the best joint assignments of the branch positions, per row."""
         dev, m = f.x0.device, min(int(self.positions), f.x0.shape[1])
         sign = 1.0 if self.branch == "highest" else -1.0
-        key = torch.where(unc, sign * f.margin[rows].float(), torch.full_like(f.margin[rows], float("-inf"), dtype=torch.float))
+        margin = f.margin[rows].float()
+        key = torch.where(unc, sign * margin, torch.full_like(margin, float("-inf")))
         pos, ok = stable_positions(key, unc, m)  # ties to the lower index
         kmax = max(1, min(int(self.width), int(kk.max())))
         alt_ids, alt_lp = alternatives(f, rows, pos, kmax)  # [R, m, K]

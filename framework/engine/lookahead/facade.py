@@ -305,5 +305,6 @@ class Lookahead(Configurable):
                               forward_seconds=found.seconds, info=info, advanced=info["advanced"],
                               escalated=info["escalated"] > 0)
         if found.logits is not None and found.ran.any():
-            res.next_rows, res.next_canvas, res.next_logits = r[found.ran], found.canvas[found.ran], found.logits[found.ran]
+            ran = found.ran
+            res.next_rows, res.next_canvas, res.next_logits = r[ran], found.canvas[ran], found.logits[ran]
         return res

@@ -65,7 +65,8 @@ class Ranking(Configurable):
         "rescore": Param(str, choices=RESCORES, doc="joint score of completed rollouts: pll | none"),
         "hold_bonus": Param(float, low=0.0, doc="added to the hold candidate's score (another must win by more)"),
         "lazy": Param(bool, doc="roll candidates out in order; a sample stops at one that reaches the scorer's bound"),
-        "branch_pll": Param(bool, doc="with positions ≥ 2, rank branch tokens by pseudo-likelihood (m NFE a candidate)"),
+        "branch_pll": Param(bool,
+                            doc="with positions ≥ 2, rank branch tokens by pseudo-likelihood (m NFE a candidate)"),
     }
 
     def __init__(self, scorer: "Scorer | str" = "logprob", rescore: str = "none", hold_bonus: float = 0.0,
