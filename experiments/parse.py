@@ -136,14 +136,16 @@ def parse_experiment(raw: Any, source: str = "<experiment>") -> Experiment:
 
 
 def _check_decode_keys(c: _Checker, decode: Any, path: str) -> None:
-    from framework.engine.config import DecodeConfig
+    from framework.engine.config import MOVED, DecodeConfig
 
     if not isinstance(decode, dict):
         c.add(path, f"{decode!r} is not allowed; allowed: a mapping of decoding options")
         return
     known = DecodeConfig._param_names()
     for k, v in decode.items():
-        if k not in known:
+        if k in MOVED:
+            c.add(f"{path}.{k}", f"no longer a decoding option; it is now {MOVED[k]}")
+        elif k not in known:
             c.add(f"{path}.{k}", "unknown decoding option" + did_you_mean(str(k), known))
         else:
             try:

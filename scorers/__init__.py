@@ -5,6 +5,6 @@ A module that fails to import is an error naming it (:func:`framework.core.regis
 
 from framework.core.registry import import_plugins
 
-_MODULES = ("logprob", "ar_logprob", "consistency", "repetition", "compliance", "sudoku_rules", "hybrid")
+_MODULES = ("logprob", "ar_logprob", "consistency", "repetition", "compliance", "sudoku_rules", "mixture")
 
 import_plugins(__name__, _MODULES)

@@ -107,8 +107,10 @@ def add_decoding_args(p: argparse.ArgumentParser, *, default_controller: str = "
 
 #: the keys of ``--lookahead`` (``Lookahead.params``; a test keeps this list complete without importing
 #: the engine when the parser is built)
-LOOKAHEAD_OPTIONS = ("width", "positions", "branch", "rollout", "rollout_threshold", "max_depth", "complete",
-                     "verify", "hold", "hold_bonus", "rescore", "advance", "lazy", "escalate")
+LOOKAHEAD_OPTIONS = ("width", "hold", "escalate", "positions", "branch",  # which candidates
+                     "rollout", "rollout_threshold", "max_depth", "advance", "complete",  # how each is rolled out
+                     "rescore", "hold_bonus", "lazy", "branch_pll",  # how they are ranked
+                     "budget")
 
 
 def add_lookahead_args(p: argparse.ArgumentParser) -> None:
@@ -121,7 +123,7 @@ def add_lookahead_args(p: argparse.ArgumentParser) -> None:
                         "confidence_ladder, compose)")
     g.add_argument("--lookahead", dest="lookahead_sets", action="append", default=[], metavar="KEY=VALUE",
                    help="lookahead option, repeatable: " + ", ".join(LOOKAHEAD_OPTIONS) + " (with --scorer; "
-                        "see docs/lookahead.md; extra NFE are capped by --set lookahead_budget=N)")
+                        "see docs/lookahead.md; extra NFE per sample are capped by --lookahead budget=N, default 128)")
 
 
 @dataclass

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 from framework.core.params import Configurable, Param, ParameterError
 
@@ -15,6 +15,12 @@ VERIFICATIONS = ("shadow", "probe")
 #: options added after results files began recording a settings hash, with the default that keeps the
 #: earlier behaviour: left out of that hash at this default, so earlier files still resume
 LATER_DEFAULTS = {"verification": "shadow"}
+#: options removed from the loop after results files began recording a settings hash, with the value
+#: those files recorded (the default then): put back into that hash, so earlier files still resume
+REMOVED_DEFAULTS = {"lookahead_budget": 64}
+#: options that moved elsewhere: setting one fails with where it went
+MOVED = {"lookahead_budget": "the lookahead's budget: `lookahead: {budget: N}` in an experiment config, "
+                             "`--lookahead budget=N` on the command line, `Lookahead(budget=N)` in Python"}
 
 
 class DecodeConfig(Configurable):
@@ -30,7 +36,6 @@ class DecodeConfig(Configurable):
         eos_fill: end-of-text prediction: after an EOS is committed with confidence ≥
             ``eos_fill_threshold``, every later masked position is filled with EOS and never decoded.
         eos_fill_threshold: the confidence an EOS needs to trigger the fill.
-        lookahead_budget: most extra NFE per sample spent on lookahead rollouts (0 = no lookahead).
         seed: base seed; per-sample seeds default to it.
         cache: the KV cache, with Fast-dLLM's semantics (invisible to controllers): ``none``
             runs the whole canvas every step; ``prefix`` refreshes the cache with one full forward
@@ -54,7 +59,6 @@ class DecodeConfig(Configurable):
         "temperature": Param(float, low=0.0, doc="0 = greedy; > 0 = sampling from softmax(z / T)"),
         "eos_fill": Param(bool, doc="fill after a confident EOS (end-of-text prediction)"),
         "eos_fill_threshold": Param(float, low=0.0, high=1.0, doc="confidence an EOS needs to fill"),
-        "lookahead_budget": Param(int, low=0, doc="max extra NFE per sample for lookahead rollouts"),
         "seed": Param(int, low=0, doc="base seed"),
         "cache": Param(str, choices=CACHE_MODES, doc="KV cache: none | prefix | dual (Fast-dLLM)"),
         "cache_refresh": Param(int, low=1, nullable=True,
@@ -73,7 +77,6 @@ class DecodeConfig(Configurable):
         temperature: float = 0.0,
         eos_fill: bool = False,
         eos_fill_threshold: float = 0.9,
-        lookahead_budget: int = 64,
         seed: int = 0,
         cache: str = "none",
         cache_refresh: Optional[int] = None,
@@ -86,13 +89,20 @@ class DecodeConfig(Configurable):
         self.temperature = temperature
         self.eos_fill = eos_fill
         self.eos_fill_threshold = eos_fill_threshold
-        self.lookahead_budget = lookahead_budget
         self.seed = seed
         self.cache = cache
         self.cache_refresh = cache_refresh
         self.remask_budget = remask_budget
         self.remask_per_position = remask_per_position
         self.verification = verification
+
+    @classmethod
+    def build(cls, **params: Any) -> "DecodeConfig":
+        """Construct and validate; an option in :data:`MOVED` fails with where it went."""
+        for key in params:
+            if key in MOVED:
+                raise ParameterError(f"{key} is no longer a decoding option; it is now {MOVED[key]}")
+        return super().build(**params)  # type: ignore[return-value]
 
     def check_combination(self) -> None:
         if self.cache == "none" and self.cache_refresh is not None:

@@ -125,12 +125,14 @@ def load_controller(path: str | os.PathLike, **overrides: Any) -> Controller:
 
 def load_decode_config(path: str | os.PathLike) -> Optional[dict[str, Any]]:
     """The validated ``decode`` section of a saved controller file, or ``None`` if it has none."""
-    from framework.engine.config import DecodeConfig
+    from framework.engine.config import MOVED, DecodeConfig
 
     doc = _read(path)
     section = doc.get("decode")
     if section is None:
         return None
+    # a file saved before an option moved off the loop (``lookahead_budget``) still names it: not a loop option
+    section = {k: v for k, v in section.items() if k not in MOVED}
     try:
         return DecodeConfig.build(**section).get_params()
     except ParameterError as exc:
@@ -155,7 +157,7 @@ def split_settings(controller_name: str, settings: Mapping[str, Any], *, flag: s
     :func:`build_controller` validates); ``defaults`` seed the decoding options. An unknown key
     raises :class:`ParameterError` naming ``flag``, the key and every allowed key.
     """
-    from framework.engine.config import DecodeConfig
+    from framework.engine.config import MOVED, DecodeConfig
 
     cfg_keys = set(DecodeConfig._param_names())
     tuned = controller_name.startswith("tuned:")
@@ -167,7 +169,7 @@ def split_settings(controller_name: str, settings: Mapping[str, Any], *, flag: s
     for key, value in settings.items():
         if key in own_keys:
             own[key] = value
-        elif key in cfg_keys:
+        elif key in cfg_keys or key in MOVED:  # a moved option reaches DecodeConfig.build, which says where it went
             cfg[key] = value
         elif ctrl_keys is None or key in ctrl_keys:
             ctrl[key] = value

@@ -199,6 +199,8 @@ class Scorer(Configurable):
 
     #: a scorer that reads text (needs a tokenizer to be meaningful)
     needs_text: ClassVar[bool] = False
+    #: may be a component of a ``--scorer`` spec (false for a scorer built from a spec itself, e.g. ``mixture``)
+    nestable: ClassVar[bool] = True
 
     def bounds(self) -> tuple[float, float]:
         return (-1.0, 0.0)
@@ -281,9 +283,10 @@ def parse_components(spec: str) -> list[tuple[str, float, dict[str, Any]]]:
                 f"NAME(key=value;...):WEIGHT (in {spec!r})"
             )
         name, args, w = m.group("name"), m.group("args"), m.group("w")
-        SCORERS.get(name)  # unknown -> UnknownNameError listing the known scorers
-        if name == "hybrid":
-            raise ParameterError(f"scorer spec {spec!r}: 'hybrid' cannot be nested inside a spec")
+        cls = SCORERS.get(name)  # unknown -> UnknownNameError listing the known scorers
+        if not getattr(cls, "nestable", True):
+            raise ParameterError(f"scorer spec {spec!r}: {name!r} cannot be nested inside a spec "
+                                 f"(it is built from a spec itself); allowed: the scorers it would mix")
         weight = 1.0
         if w is not None:
             try:
@@ -313,10 +316,10 @@ def parse_scorer_spec(spec: str) -> Scorer:
     """Build a scorer from ``--scorer SPEC``.
 
     A bare registered name (``"logprob"``) builds that scorer; anything else
-    (``"logprob:0.7,consistency:0.3,repetition:1"``) builds the weighted mixture ``hybrid``.
+    (``"logprob:0.7,consistency:0.3,repetition:1"``) builds the weighted mixture ``mixture``.
     """
     comps = parse_components(spec)
     if len(comps) == 1 and ":" not in spec:
         name, _, params = comps[0]
         return build_scorer(name, **params)
-    return build_scorer("hybrid", spec=spec)
+    return build_scorer("mixture", spec=spec)

@@ -44,7 +44,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.engine.config import LATER_DEFAULTS, DecodeConfig
+from framework.engine.config import LATER_DEFAULTS, REMOVED_DEFAULTS, DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller
 from framework.engine.controller_io import build_controller
@@ -350,8 +350,10 @@ def _decode_batch(batch: list[WorkItem], loaded_model: Any, lookahead: Any, fall
 
 def _hashed_config(config: DecodeConfig) -> dict[str, Any]:
     """The decoding options the settings hash covers: options added later are left out at the
-    default that keeps the earlier behaviour (``LATER_DEFAULTS``), so earlier results files resume."""
-    return {k: v for k, v in config.get_params().items() if not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])}
+    default that keeps the earlier behaviour (``LATER_DEFAULTS``) and options removed since are put back
+    at the value earlier files recorded (``REMOVED_DEFAULTS``), so earlier results files resume."""
+    kept = {k: v for k, v in config.get_params().items() if not (k in LATER_DEFAULTS and v == LATER_DEFAULTS[k])}
+    return {**REMOVED_DEFAULTS, **kept}
 
 
 def _on_failure(batch: list[WorkItem], kind: str, reason: str, explicit: deque, sizer: BatchSizer,

@@ -29,6 +29,16 @@ GARDEN = dict(answers=[[0, 3, 6], [0, 4, 6], [2, 3, 6], [1, 5, 6]], weights=[0.2
 PROMPT = [7]
 
 
+#: the lookahead's defaults before they became those of the configured escalating rules verifier
+#: (docs/lookahead.md): these tests pass them, so they decode what they did
+EARLIER_DEFAULTS = dict(width=4, rollout="threshold", max_depth=8, rescore="pll", advance=1, lazy=False, budget=64)
+
+
+def lookahead(**params) -> Lookahead:
+    """A lookahead with :data:`EARLIER_DEFAULTS` under ``params``."""
+    return Lookahead(**{**EARLIER_DEFAULTS, **params})
+
+
 def garden():
     return JointDenoiser(**GARDEN)
 
@@ -65,7 +75,7 @@ def test_lookahead_picks_the_joint_mode_where_greedy_provably_loses():
     plain = decode(m, [PROMPT], ladder(), cfg)
     assert m.joint(plain.generated).item() == pytest.approx(0.21)
     m = garden()
-    res = decode(m, [PROMPT], ladder(), cfg, lookahead=Lookahead(scorer="logprob", width=3))
+    res = decode(m, [PROMPT], ladder(), cfg, lookahead=lookahead(scorer="logprob", width=3))
     assert res.generated.tolist() == [[1, 5, 6]]  # b z e, the joint mode
     assert m.joint(res.generated).item() == pytest.approx(0.37)
     # step 1: candidates hold / a / b; hold's rollout needs 2 forwards (it fills one position, then
@@ -74,15 +84,15 @@ def test_lookahead_picks_the_joint_mode_where_greedy_provably_loses():
     assert res.lookahead_nfe.tolist() == [4 + 9] and res.nfe.tolist() == [1 + 13] and res.steps.tolist() == [2]
     assert res.fallbacks.tolist() == [0] and int(res.nfe.sum()) == m.rows_seen
     m2 = garden()
-    res2 = decode(m2, [PROMPT], ladder(), cfg, lookahead=Lookahead(scorer="logprob", width=3, rescore="none"))
+    res2 = decode(m2, [PROMPT], ladder(), cfg, lookahead=lookahead(scorer="logprob", width=3, rescore="none"))
     assert res2.generated.tolist() == [[1, 5, 6]] and res2.nfe.tolist() == [1 + 4] and m2.rows_seen == 5
 
 
 def test_nfe_counts_every_rollout_forward_exactly():
     m = garden()
     prompts = [PROMPT] * 3
-    res = decode(m, prompts, Branchy(), DecodeConfig(gen_length=3, lookahead_budget=64),
-                 lookahead=Lookahead(scorer="logprob", width=3, rollout="sequential", complete=False))
+    res = decode(m, prompts, Branchy(), DecodeConfig(gen_length=3),
+                 lookahead=lookahead(scorer="logprob", width=3, rollout="sequential", complete=False, budget=64))
     assert res.lookahead_nfe.min() > 0
     assert int(res.nfe.sum()) == m.rows_seen  # every row of every forward, rollouts included
     assert (res.nfe <= res.steps + res.lookahead_nfe).all()  # a reused rollout forward is not run again
@@ -93,14 +103,14 @@ def test_the_step_after_a_lookahead_reuses_the_winners_first_forward():
     # forward each, on canvases [a|b|c, M, e]); b wins, and step 2 decodes [b, M, e], the canvas
     # b's rollout already ran: no forward, so 2 steps cost 4 forwards, not 5
     m = garden()
-    la = Lookahead(scorer="logprob", width=3, hold=False, rescore="none")
+    la = lookahead(scorer="logprob", width=3, hold=False, rescore="none")
     res = decode(m, [PROMPT], ladder(), DecodeConfig(gen_length=3), lookahead=la)
     assert res.generated.tolist() == [[1, 5, 6]]
     assert res.steps.tolist() == [2] and res.lookahead_nfe.tolist() == [3]
     assert res.nfe.tolist() == [4] and m.rows_seen == 4
     # the reused logits decide exactly what a fresh forward would: same tokens as with no reuse possible
     fresh = decode(garden(), [PROMPT], ladder(), DecodeConfig(gen_length=3, cache="none"),
-                   lookahead=Lookahead(scorer="logprob", width=3, hold=False, rescore="none", max_depth=1))
+                   lookahead=lookahead(scorer="logprob", width=3, hold=False, rescore="none", max_depth=1))
     assert fresh.generated.tolist() == res.generated.tolist()
 
 
@@ -139,13 +149,13 @@ def test_advance_commits_the_winning_rollout_further_and_wastes_none_of_its_forw
                 prompt_length=1)
     answers, nfe = set(), {1: 0, 2: 0, 4: 0}
     for seed in range(4 if temperature > 0 else 1):
-        cfg = DecodeConfig(gen_length=6, lookahead_budget=1000, temperature=temperature, seed=seed)
+        cfg = DecodeConfig(gen_length=6, temperature=temperature, seed=seed)
         alone = decode(JointDenoiser(**spec), [[9]], ladder(), cfg)
         answers.add(tuple(alone.generated[0].tolist()))
         for a in nfe:
             m = JointDenoiser(**spec)
-            la = Lookahead(scorer=PreferCandidate(0), width=2, rollout="controller", max_depth=4, advance=a,
-                           rescore=rescore)
+            la = lookahead(scorer=PreferCandidate(0), width=2, rollout="controller", max_depth=4, advance=a,
+                           rescore=rescore, budget=1000)
             res = decode(m, [[9]], ladder(), cfg, lookahead=la)
             assert res.generated.tolist() == alone.generated.tolist(), (seed, a)
             assert res.steps.tolist() == alone.steps.tolist(), (seed, a)
@@ -164,7 +174,7 @@ def test_advance_commits_the_winners_first_rollout_fill_and_hands_back_the_forwa
     d = Decision(commit=commit, k=torch.full_like(x, 3), depth=torch.tensor([3]))
     state = DecodeState(config=DecodeConfig(gen_length=6), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=11)
     def la(a):
-        return Lookahead(scorer=PreferCandidate(1), width=3, rollout="sequential", max_depth=3, rescore="none",
+        return lookahead(scorer=PreferCandidate(1), width=3, rollout="sequential", max_depth=3, rescore="none",
                          advance=a).refine(m, x, torch.ones_like(x), f, d, commit, f.x0, state, torch.tensor([64]))
 
     one, two = la(1), la(2)
@@ -214,8 +224,9 @@ def test_lazy_rolls_out_the_others_only_when_the_hold_can_lose_same_tokens_fewer
             runs = []
             for lazy in (False, True):
                 m = JointDenoiser(**spec)
-                la = Lookahead(scorer=scorer, width=3, rollout="controller", max_depth=4, hold_bonus=bonus, lazy=lazy)
-                res = decode(m, [prompt], ladder(), DecodeConfig(gen_length=g, lookahead_budget=1000), lookahead=la)
+                la = lookahead(scorer=scorer, width=3, rollout="controller", max_depth=4, hold_bonus=bonus, lazy=lazy,
+                               budget=1000)
+                res = decode(m, [prompt], ladder(), DecodeConfig(gen_length=g), lookahead=la)
                 assert int(res.nfe.sum()) == m.rows_seen
                 runs.append(res)
             eager, lazy_ = runs
@@ -232,23 +243,23 @@ def test_branch_position_is_committed_only_when_the_winning_rollout_commits_it()
     commit = torch.tensor([[False, False, False, True]])  # the controller commits e (slot 3)
     d = Decision(commit=commit, k=torch.tensor([[1, 3, 3, 1]]), depth=torch.tensor([1]))
     state = DecodeState(config=DecodeConfig(gen_length=3), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=9)
-    held = Lookahead(scorer=PreferCandidate(0), width=3).refine(m, x, torch.ones_like(x), f, d, commit, f.x0, state,
+    held = lookahead(scorer=PreferCandidate(0), width=3).refine(m, x, torch.ones_like(x), f, d, commit, f.x0, state,
                                                                 torch.tensor([64]))
     assert held.commit.tolist() == commit.tolist()  # the hold rollout won: slot 1 (the branch) stays masked
     assert int(held.info["held"][0]) == 1
-    took = Lookahead(scorer=PreferCandidate(2), width=3).refine(m, x, torch.ones_like(x), f, d, commit, f.x0, state,
+    took = lookahead(scorer=PreferCandidate(2), width=3).refine(m, x, torch.ones_like(x), f, d, commit, f.x0, state,
                                                                 torch.tensor([64]))
     assert took.commit.tolist() == [[False, True, False, True]] and int(took.tokens[0, 1]) == 1  # b
     assert int(took.info["held"][0]) == 0
     # a hold bonus larger than the winner's lead keeps the branch masked
-    guarded = Lookahead(scorer=PreferCandidate(2), width=3, hold_bonus=1.5).refine(
+    guarded = lookahead(scorer=PreferCandidate(2), width=3, hold_bonus=1.5).refine(
         m, x, torch.ones_like(x), f, d, commit, f.x0, state, torch.tensor([64]))
     assert guarded.commit.tolist() == commit.tolist() and int(guarded.info["held"][0]) == 1
 
 
 def test_batch_of_samples_equals_single_runs():
     cfg = DecodeConfig(gen_length=3)
-    la = Lookahead(scorer="logprob", width=3)
+    la = lookahead(scorer="logprob", width=3)
     batch = decode(garden(), [PROMPT, PROMPT], ladder(), cfg, lookahead=la)
     single = decode(garden(), [PROMPT], ladder(), cfg, lookahead=la)
     assert batch.generated.tolist() == single.generated.tolist() * 2
@@ -258,8 +269,8 @@ def test_batch_of_samples_equals_single_runs():
 @pytest.mark.parametrize("budget, expected_extra", [(0, 0), (1, 0), (2, 2), (3, 3), (64, 3)])
 def test_budget_caps_extra_nfe_per_sample(budget, expected_extra):
     m = garden()
-    la = Lookahead(scorer="logprob", width=3, hold=False, rescore="none")
-    res = decode(m, [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3, lookahead_budget=budget), lookahead=la)
+    la = lookahead(scorer="logprob", width=3, hold=False, rescore="none", budget=budget)
+    res = decode(m, [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3), lookahead=la)
     assert res.lookahead_nfe.tolist() == [expected_extra] * 2
     assert int(res.nfe.sum()) == m.rows_seen
     if budget < 2:  # too little for two candidates: plain decoding
@@ -269,16 +280,16 @@ def test_budget_caps_extra_nfe_per_sample(budget, expected_extra):
         assert res.generated.tolist() == [[1, 5, 6]] * 2
     # with re-scoring, a candidate costs its rollout and 3 probes: 6 affords nothing, 64 everything
     m2 = garden()
-    res2 = decode(m2, [PROMPT], ladder(), DecodeConfig(gen_length=3, lookahead_budget=budget),
-                  lookahead=Lookahead(scorer="logprob", width=3, hold=False))
+    res2 = decode(m2, [PROMPT], ladder(), DecodeConfig(gen_length=3),
+                  lookahead=lookahead(scorer="logprob", width=3, hold=False, budget=budget))
     assert int(res2.lookahead_nfe[0]) <= budget and int(res2.nfe.sum()) == m2.rows_seen
 
 
 def test_depth_is_bounded_by_budget_over_width():
-    la = Lookahead(scorer="logprob", width=3, rollout="sequential", complete=False)
+    la = lookahead(scorer="logprob", width=3, rollout="sequential", complete=False, budget=7)
     m = JointDenoiser([[0, 3, 6, 6, 6, 6], [1, 5, 6, 6, 6, 6]], [0.5, 0.5], vocab_size=10)
     ctrl = Branchy()
-    res = decode(m, [PROMPT], ctrl, DecodeConfig(gen_length=6, lookahead_budget=7), lookahead=la)
+    res = decode(m, [PROMPT], ctrl, DecodeConfig(gen_length=6), lookahead=la)
     assert int(res.lookahead_nfe) <= 7
     assert int(res.nfe.sum()) == m.rows_seen
 
@@ -299,7 +310,7 @@ def test_fallback_keeps_decoding_when_the_scorer_raises(caplog):
     m = garden()
     with caplog.at_level(logging.WARNING, logger="framework.engine.lookahead"):
         res = decode(m, [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3),
-                     lookahead=Lookahead(scorer=Exploding(), width=3, hold=False, rescore="none"))
+                     lookahead=lookahead(scorer=Exploding(), width=3, hold=False, rescore="none"))
     plain = decode(garden(), [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3))
     assert res.generated.tolist() == plain.generated.tolist()  # the controller's own decision, nothing lost
     assert (res.fallbacks > 0).all()
@@ -320,12 +331,12 @@ class RaisesInRollouts(Branchy):
 def test_fallback_keeps_decoding_when_the_rollout_controller_raises(caplog):
     cfg = DecodeConfig(gen_length=3)
     ok = decode(garden(), [PROMPT], Branchy(), cfg,
-                lookahead=Lookahead(scorer="logprob", width=3, rollout="controller", hold=False))
+                lookahead=lookahead(scorer="logprob", width=3, rollout="controller", hold=False))
     assert ok.generated.tolist() == [[1, 5, 6]] and ok.fallbacks.tolist() == [0]
     m = garden()
     with caplog.at_level(logging.WARNING, logger="framework.engine.lookahead"):
         res = decode(m, [PROMPT], RaisesInRollouts(), cfg,
-                     lookahead=Lookahead(scorer="logprob", width=3, rollout="controller"))
+                     lookahead=lookahead(scorer="logprob", width=3, rollout="controller"))
     plain = decode(garden(), [PROMPT], Branchy(), cfg)
     assert res.generated.tolist() == plain.generated.tolist()
     assert int(res.fallbacks[0]) >= 1 and "controller exploded" in caplog.text
@@ -350,7 +361,7 @@ def test_rollouts_never_touch_the_controllers_memory():
     d = ctrl.decide(f, state)
     before = {k: v.clone() for k, v in state.memory.items()}
     d.depth = torch.tensor([2])
-    la = Lookahead(scorer="logprob", width=3, rollout="controller")
+    la = lookahead(scorer="logprob", width=3, rollout="controller")
     out = la.refine(f_model, x, torch.ones_like(x), f, d, d.commit, f.x0, state, torch.tensor([64]), controller=ctrl)
     assert out.extra_nfe.item() > 0 and not out.fallback.any()
     assert all(torch.equal(before[k], state.memory[k]) for k in before)
@@ -372,13 +383,13 @@ def test_candidate_set_design_top_alternatives_joint_and_capped():
     commit = torch.tensor([[False, False, False, True]])
     k = torch.tensor([[1, 3, 3, 1]])
     d = Decision(commit=commit, k=k, depth=torch.tensor([1]))
-    p1 = Lookahead(width=3, positions=1, hold=False).plan(f, d, commit, torch.tensor([64]))
+    p1 = lookahead(width=3, positions=1, hold=False).plan(f, d, commit, torch.tensor([64]))
     assert p1.branch_pos.tolist() == [[1]]  # tied margins: the lower position
     assert p1.cand_tokens.tolist() == [[[0], [1], [2]]]  # a, b, c by probability
-    ph = Lookahead(width=3, positions=1).plan(f, d, commit, torch.tensor([64]))
+    ph = lookahead(width=3, positions=1).plan(f, d, commit, torch.tensor([64]))
     assert ph.hold.tolist() == [[True, False, False]]  # the hold candidate first, then a and b
     assert ph.cand_tokens.tolist()[0][1:] == [[0], [1]]
-    p2 = Lookahead(width=4, positions=2, hold=False).plan(f, d, commit, torch.tensor([64]))
+    p2 = lookahead(width=4, positions=2, hold=False).plan(f, d, commit, torch.tensor([64]))
     assert p2.branch_pos.tolist() == [[1, 2]]
     # joint assignments ranked by summed log-probability: (a,x) first, then (a,z) / (b,x), then (b,z)
     assert p2.cand_tokens.tolist()[0][0] == [0, 3]
@@ -386,9 +397,9 @@ def test_candidate_set_design_top_alternatives_joint_and_capped():
     assert p2.cand_tokens.tolist()[0][3] == [1, 5]
     # k = 2 at one position caps its alternatives
     d2 = Decision(commit=commit, k=torch.tensor([[1, 2, 3, 1]]), depth=torch.tensor([1]))
-    p3 = Lookahead(width=9, positions=2, hold=False).plan(f, d2, commit, torch.tensor([64]))
+    p3 = lookahead(width=9, positions=2, hold=False).plan(f, d2, commit, torch.tensor([64]))
     assert int(p3.cand_ok.sum()) == 6
-    assert Lookahead(width=3).plan(f, Decision(commit=commit, k=torch.ones_like(k), depth=torch.tensor([1])),
+    assert lookahead(width=3).plan(f, Decision(commit=commit, k=torch.ones_like(k), depth=torch.tensor([1])),
                                    commit, torch.tensor([64])) is None  # nothing uncertain: no lookahead
 
 
@@ -397,11 +408,11 @@ def test_branch_lowest_takes_the_riskiest_uncertain_position_highest_the_next_co
     f.margin = torch.tensor([[0.0, 0.10, 0.40, 0.95]])  # slot 3 is committed, 1 and 2 are uncertain
     commit = torch.tensor([[False, False, False, True]])
     d = Decision(commit=commit, k=torch.tensor([[1, 3, 3, 1]]), depth=torch.tensor([1]))
-    low = Lookahead(width=3, branch="lowest").plan(f, d, commit, torch.tensor([64]))
-    high = Lookahead(width=3, branch="highest").plan(f, d, commit, torch.tensor([64]))
+    low = lookahead(width=3, branch="lowest").plan(f, d, commit, torch.tensor([64]))
+    high = lookahead(width=3, branch="highest").plan(f, d, commit, torch.tensor([64]))
     assert low.branch_pos.tolist() == [[1]] and high.branch_pos.tolist() == [[2]]
     # the committed slot 3 has the highest margin of all but is never a branch position
-    assert Lookahead(width=3, positions=2, branch="highest").plan(f, d, commit, torch.tensor([64])).branch_pos.tolist() == [[2, 1]]
+    assert lookahead(width=3, positions=2, branch="highest").plan(f, d, commit, torch.tensor([64])).branch_pos.tolist() == [[2, 1]]
     with pytest.raises(ParameterError, match="branch='middle'.*lowest.*highest"):
         Lookahead.build(branch="middle")
 
@@ -409,15 +420,17 @@ def test_branch_lowest_takes_the_riskiest_uncertain_position_highest_the_next_co
 def test_two_branch_positions_find_the_joint_mode_through_pseudo_likelihood():
     m = garden()
     res = decode(m, [PROMPT], ladder(), DecodeConfig(gen_length=3),
-                 lookahead=Lookahead(scorer="logprob", width=9, positions=2, hold=False, rescore="none"))
+                 lookahead=lookahead(scorer="logprob", width=9, positions=2, hold=False, rescore="none"))
     assert res.generated.tolist() == [[1, 5, 6]]
     # 9 joint candidates × 2 verification forwards; nothing is left to roll out
     assert res.lookahead_nfe.tolist() == [18] and int(res.nfe.sum()) == m.rows_seen
     # without verification the branch tokens keep their marginals: (a, x) wins the product 0.42²
     res2 = decode(garden(), [PROMPT], ladder(), DecodeConfig(gen_length=3),
-                  lookahead=Lookahead(scorer="logprob", width=9, positions=2, verify=False, hold=False,
+                  lookahead=lookahead(scorer="logprob", width=9, positions=2, branch_pll=False, hold=False,
                                       rescore="none"))
     assert res2.generated.tolist() == [[0, 3, 6]]
+    with pytest.raises(ParameterError, match="Lookahead.verify is now called branch_pll"):
+        Lookahead.build(verify=False)  # its earlier name
 
 
 def test_lookahead_parameters_validate():
@@ -430,7 +443,7 @@ def test_lookahead_parameters_validate():
     with pytest.raises(ParameterError, match="Lookahead.advance=0 is out of range"):
         Lookahead.build(advance=0)
     la = Lookahead.build(scorer="logprob:0.5,repetition:1", width=2)
-    assert la.get_scorer().display_name() == "hybrid"
+    assert la.get_scorer().display_name() == "mixture"
 
 
 # ---------------------------------------------------------------------- guards
@@ -534,12 +547,13 @@ def _untrained(task_name):
 
 
 def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
-    from framework.engine.lookahead_sweep import lookahead_sweep
+    from framework.engine.lookahead.sweep import lookahead_sweep
 
     task, loaded = _untrained("pairs")
-    cfg = DecodeConfig(gen_length=task.gen_length, lookahead_budget=6)
+    cfg = DecodeConfig(gen_length=task.gen_length)
+    earlier = {k: v for k, v in EARLIER_DEFAULTS.items() if k not in ("width", "max_depth")}
     rows = lookahead_sweep(loaded, task, ladder(), cfg, scorer="logprob:1,repetition:1", widths=(2,), depths=(1, 3),
-                           n=6, batch_size=4)
+                           n=6, batch_size=4, **{**earlier, "budget": 6})
     assert [(r["width"], r["depth"]) for r in rows] == [(0, 0), (2, 1), (2, 3)]
     assert rows[0]["lookahead_nfe"] == 0 and rows[0]["fallbacks"] == 0
     for r in rows[1:]:
@@ -567,8 +581,8 @@ def test_evaluate_hands_the_lookahead_scorer_the_tokenizer_prompts_and_metas():
 
     task, loaded = _untrained("sudoku")
     tok = task.tokenizer
-    cfg = DecodeConfig(gen_length=task.gen_length, lookahead_budget=4)
-    evaluate(loaded, task, ladder(), cfg, n=3, batch_size=3, lookahead=Lookahead(scorer=Recorder(), width=2))
+    cfg = DecodeConfig(gen_length=task.gen_length)
+    evaluate(loaded, task, ladder(), cfg, n=3, batch_size=3, lookahead=lookahead(scorer=Recorder(), width=2, budget=4))
     examples = task.examples("test", 3)
     assert seen and all(t is tok for t, _, _ in seen)
     assert set(seen[0][1]) <= {ex.prompt for ex in examples} and seen[0][2].get("givens") is not None

@@ -1,4 +1,4 @@
-"""Escalation candidates (``Lookahead(escalate=[τ_e, …])``): besides "commit this token", the search
+"""Escalation candidates (``lookahead(escalate=[τ_e, …])``): besides "commit this token", the search
 can answer "commit less here": a candidate that commits and rolls out by Fast-dLLM's threshold rule
 at τ_e, stricter than the step's controller."""
 
@@ -18,7 +18,8 @@ from framework.engine.loop import decode
 from framework.engine.scorer import Scorer
 from framework.engine.selection import select_topk
 from framework.testing.toys import JointDenoiser
-from test_lookahead import ORCHARD, PreferCandidate  # the lookahead tests' toy and test scorer
+from test_lookahead import ORCHARD, PreferCandidate, lookahead  # the lookahead tests' toy, test scorer and
+# lookahead with the earlier defaults (EARLIER_DEFAULTS), so these tests decode what they did
 
 # Three positions. Position 0 and 1 are coupled: (a, y) .3, (b, x) .25, (d, x) .25, (c, x) .2, so the
 # marginal top-1s a (.3) and x (.7) form a pair of joint probability 0. Position 2 is independent and
@@ -56,15 +57,15 @@ class Valid(Scorer):
 
 
 def test_escalation_finds_a_valid_answer_where_the_controller_and_a_branch_both_fail():
-    cfg = DecodeConfig(gen_length=3, lookahead_budget=64)
+    cfg = DecodeConfig(gen_length=3)
     alone = decode(JointDenoiser(**COUPLED), [PROMPT], TopTwo(), cfg)
     assert alone.generated[0, :2].tolist() == [0, 4]  # a and x together: probability 0
     m = JointDenoiser(**COUPLED)
-    branch = decode(m, [PROMPT], TopTwo(), cfg, lookahead=Lookahead(scorer=Valid(m), width=2, rollout="controller"))
+    branch = decode(m, [PROMPT], TopTwo(), cfg, lookahead=lookahead(scorer=Valid(m), width=2, rollout="controller"))
     assert m.joint(branch.generated).item() == 0  # branching at position 2 cannot undo the pair
     for lazy in (False, True):
         m = JointDenoiser(**COUPLED)
-        la = Lookahead(scorer=Valid(m), width=2, hold=True, escalate=[0.99], rollout="controller", rescore="none",
+        la = lookahead(scorer=Valid(m), width=2, hold=True, escalate=[0.99], rollout="controller", rescore="none",
                        lazy=lazy)
         res = decode(m, [PROMPT], TopTwo(), cfg, lookahead=la)
         # the escalation commits x alone (top-1 at .7 < .99), its rollout then b (.357 given x), then a g
@@ -83,12 +84,12 @@ def test_a_hold_that_passes_never_rolls_the_escalation_out_when_lazy():
         def _score(self, c, ctx):
             return torch.zeros(c.tokens.shape[0])
 
-    cfg = DecodeConfig(gen_length=3, lookahead_budget=64)
+    cfg = DecodeConfig(gen_length=3)
     alone = decode(JointDenoiser(**COUPLED), [PROMPT], TopTwo(), cfg)
     runs = {}
     for lazy in (False, True):
         m = JointDenoiser(**COUPLED)
-        la = Lookahead(scorer=Pass(), width=2, escalate=[0.99], rollout="controller", rescore="none", lazy=lazy)
+        la = lookahead(scorer=Pass(), width=2, escalate=[0.99], rollout="controller", rescore="none", lazy=lazy)
         runs[lazy] = decode(m, [PROMPT], TopTwo(), cfg, lookahead=la)
         assert runs[lazy].generated.tolist() == alone.generated.tolist()  # ties go to the hold
         assert int(runs[lazy].nfe.sum()) == m.rows_seen
@@ -110,11 +111,11 @@ def test_an_escalation_that_always_wins_decodes_as_fast_dllm_at_its_threshold(to
     ladder = build_controller("confidence_ladder", base={"name": "margin_topk", "params": {"eta": 0.3, "k": 3}},
                               depth_high=6, depth_mid=6, d_max=6)
     for seed in range(3 if temperature > 0 else 1):
-        cfg = DecodeConfig(gen_length=6, lookahead_budget=1000, temperature=temperature, seed=seed)
+        cfg = DecodeConfig(gen_length=6, temperature=temperature, seed=seed)
         fast = decode(JointDenoiser(**toy), [[9]], build_controller("fast_dllm", threshold=tau), cfg)
         m = JointDenoiser(**toy)
-        la = Lookahead(scorer=PreferCandidate(1), width=2, escalate=[tau], rollout="controller", rescore="none",
-                       max_depth=6, advance=6)
+        la = lookahead(scorer=PreferCandidate(1), width=2, escalate=[tau], rollout="controller", rescore="none",
+                       max_depth=6, advance=6, budget=1000)
         res = decode(m, [[9]], ladder, cfg, lookahead=la)
         assert res.generated.tolist() == fast.generated.tolist(), seed
         assert res.steps.tolist() == fast.steps.tolist(), seed
@@ -127,9 +128,9 @@ def test_escalation_levels_roll_out_in_order_and_stop_at_the_first_that_passes()
     nfe = {}
     for lazy in (False, True):
         m = JointDenoiser(**COUPLED)
-        la = Lookahead(scorer=Valid(m), width=3, escalate=[0.99, 0.5], rollout="controller", rescore="none",
+        la = lookahead(scorer=Valid(m), width=3, escalate=[0.99, 0.5], rollout="controller", rescore="none",
                        lazy=lazy)
-        res = decode(m, [PROMPT], TopTwo(), DecodeConfig(gen_length=3, lookahead_budget=64), lookahead=la)
+        res = decode(m, [PROMPT], TopTwo(), DecodeConfig(gen_length=3), lookahead=la)
         assert res.generated[0, :2].tolist() == [1, 4] and m.joint(res.generated).item() > 0
         nfe[lazy] = res.lookahead_nfe.item()
     assert nfe[False] > nfe[True] == 3
@@ -160,9 +161,9 @@ def test_lazy_with_escalations_picks_the_eager_winner_with_no_more_forwards(toy,
                 m = JointDenoiser(**toy)
                 if isinstance(scorer, Valid):
                     scorer.toy = m
-                la = Lookahead(scorer=scorer, width=width, escalate=levels, rollout="controller", max_depth=4,
-                               hold_bonus=bonus, lazy=lazy)
-                res = decode(m, [prompt], TopTwo(), DecodeConfig(gen_length=g, lookahead_budget=1000), lookahead=la)
+                la = lookahead(scorer=scorer, width=width, escalate=levels, rollout="controller", max_depth=4,
+                               hold_bonus=bonus, lazy=lazy, budget=1000)
+                res = decode(m, [prompt], TopTwo(), DecodeConfig(gen_length=g), lookahead=la)
                 assert int(res.nfe.sum()) == m.rows_seen
                 runs.append(res)
             eager, lazy_ = runs
@@ -184,14 +185,14 @@ def test_escalating_lookahead_on_a_tiny_transformer_under_every_cache_mode(cache
         model.head.weight.mul_(8.0)
     ladder = build_controller("confidence_ladder", base={"name": "margin_topk", "params": {"eta": 0.5, "k": 3}},
                               depth_high=4, depth_mid=4, d_max=4)
-    la = Lookahead(scorer=PreferCandidate(1), width=3, escalate=[0.9], rollout="controller", max_depth=4,
-                   advance=2, lazy=False)
-    cfg = DecodeConfig(gen_length=12, block_length=6, cache=cache, lookahead_budget=24)
+    la = lookahead(scorer=PreferCandidate(1), width=3, escalate=[0.9], rollout="controller", max_depth=4,
+                   advance=2, lazy=False, budget=24)
+    cfg = DecodeConfig(gen_length=12, block_length=6, cache=cache)
     prompts = [[3, 4, 5], [6, 7]]
     batch = decode(model, prompts, ladder, cfg, lookahead=la)
     assert not (batch.generated == 19).any()
     assert (batch.lookahead_nfe > 0).all() and (batch.escalations > 0).all()
-    assert (batch.lookahead_nfe <= cfg.lookahead_budget).all()
+    assert (batch.lookahead_nfe <= la.budget).all()
     for i, prompt in enumerate(prompts):
         single = decode(model, [prompt], ladder, cfg, lookahead=la)
         assert torch.equal(single.generated[0], batch.generated[i]), (cache, i)
@@ -207,12 +208,12 @@ class TopTwoNoK(TopTwo):
 
 
 def test_escalation_needs_no_branch_position_so_a_controller_without_k_can_escalate():
-    cfg = DecodeConfig(gen_length=3, lookahead_budget=64)
+    cfg = DecodeConfig(gen_length=3)
     m = JointDenoiser(**COUPLED)
-    plain = decode(m, [PROMPT], TopTwoNoK(), cfg, lookahead=Lookahead(scorer=Valid(m), width=3, rollout="controller"))
+    plain = decode(m, [PROMPT], TopTwoNoK(), cfg, lookahead=lookahead(scorer=Valid(m), width=3, rollout="controller"))
     assert plain.lookahead_nfe.tolist() == [0]  # no k > 1 anywhere: nothing to branch on, no lookahead
     m = JointDenoiser(**COUPLED)
-    la = Lookahead(scorer=Valid(m), width=3, escalate=[0.99], rollout="controller", rescore="none", lazy=False)
+    la = lookahead(scorer=Valid(m), width=3, escalate=[0.99], rollout="controller", rescore="none", lazy=False)
     res = decode(m, [PROMPT], TopTwoNoK(), cfg, lookahead=la)
     assert res.generated[0, :2].tolist() == [1, 4] and res.escalations.tolist() == [1]
     # width 3 leaves room for one branch candidate, but with no branch position none is rolled out:

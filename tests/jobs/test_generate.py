@@ -496,10 +496,12 @@ def test_real_lookahead_with_a_failing_scorer_falls_back_per_step_and_loses_noth
             raise RuntimeError("broken scorer")
 
     items = items_of(PROMPTS[:4])
+    earlier = dict(width=2, rollout="threshold", max_depth=8, rescore="pll", advance=1, lazy=False,
+                   budget=64)  # the lookahead's defaults when this test was written
     ok = job(tmp_path / "ok.jsonl", items=items, controller=BranchingKnobs(k=1, depth=2),
-             lookahead=Lookahead("logprob", width=2), lookahead_spec="logprob")
+             lookahead=Lookahead("logprob", **earlier), lookahead_spec="logprob")
     s = job(tmp_path / "o.jsonl", items=items, controller=BranchingKnobs(k=1, depth=2),
-            lookahead=Lookahead(Broken(), width=2), lookahead_spec="broken")
+            lookahead=Lookahead(Broken(), **earlier), lookahead_spec="broken")
     good, rows = by_id(tmp_path / "ok.jsonl"), by_id(tmp_path / "o.jsonl")
     assert ok.done == s.done == 4 and s.failed == 0
     for i, p in enumerate(PROMPTS[:4]):
@@ -624,7 +626,7 @@ def test_invalid_per_item_params_refuse_listing_all_or_skip(tmp_path):
         "  line 3: params: Knobs.k=0 is out of range; allowed: integer in [1, inf)\n"
         "  line 4: params: block_length=3 does not divide gen_length=8; allowed: a divisor of 8 (1, 2, 4, 8)\n"
         "  line 5: params: unknown key 'etaa'; decoding options: block_length, cache, cache_refresh, eos_fill, "
-        "eos_fill_threshold, gen_length, lookahead_budget, remask_budget, remask_per_position, seed, temperature, "
+        "eos_fill_threshold, gen_length, remask_budget, remask_per_position, seed, temperature, "
         "verification; Knobs parameters: depth, eta, k"
     )
     assert den.calls == 0 and not out.exists()

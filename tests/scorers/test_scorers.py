@@ -172,7 +172,8 @@ def test_ar_logprob_without_a_model_says_what_to_give():
 def test_parse_scorer_spec_builds_the_weighted_mixture():
     spec = "logprob:0.7,consistency(model=hashing):0.3,repetition(n=3):1"
     h = parse_scorer_spec(spec)
-    assert h.display_name() == "hybrid"
+    assert h.display_name() == "mixture"
+    assert type(build_scorer("hybrid", spec=spec)) is type(h)  # its earlier name, a registry alias
     comps = h.get_components()
     assert [(x["name"], x["weight"]) for x in comps] == [("logprob", 0.7), ("consistency", 0.3), ("repetition", 1.0)]
     assert comps[2]["params"]["n"] == 3
@@ -185,6 +186,9 @@ def test_parse_scorer_spec_builds_the_weighted_mixture():
     assert torch.allclose(h.score(c, CTX), expected, atol=1e-6)
     assert h.bounds() == pytest.approx((-2.0, 0.0))
     assert parse_scorer_spec("repetition").display_name() == "repetition"  # a bare name: that scorer
+    for name in ("mixture", "hybrid", "weighted"):  # a scorer built from a spec is never a component of one
+        with pytest.raises(ParameterError, match=f"'{name}' cannot be nested"):
+            parse_components(f"logprob:1,{name}:1")
 
 
 @pytest.mark.parametrize("spec, match", [
@@ -207,7 +211,7 @@ def test_parse_scorer_spec_unknown_name_lists_known_scorers():
 
 
 def test_registry_has_every_builtin_and_entry_point_group():
-    assert {"logprob", "ar_logprob", "consistency", "repetition", "compliance", "hybrid"} <= set(SCORERS.names())
+    assert {"logprob", "ar_logprob", "consistency", "repetition", "compliance", "mixture"} <= set(SCORERS.names())
     assert SCORERS.entry_point_group == "adaptive_decoding.scorers"
     with pytest.raises(ParameterError, match="repetition.n=0 is out of range"):
         build_scorer("repetition", n=0)

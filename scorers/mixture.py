@@ -1,4 +1,4 @@
-"""``hybrid``: the weighted mixture ``s = Σ wᵢ sᵢ`` of registered scorers.
+"""``mixture``: the weighted mixture ``s = Σ wᵢ sᵢ`` of registered scorers.
 
 Built from a spec string, the same one ``--scorer`` takes: ``"logprob:0.7,consistency:0.3,
 repetition:1"`` (``name[(key=value;...)][:weight]``, weight 1 if omitted). Every component lies
@@ -26,9 +26,11 @@ from framework.engine.scorer import (
 DEFAULT_SPEC = "logprob:0.7,consistency:0.3,repetition:1"
 
 
-@SCORERS.register("hybrid", aliases=("mixture", "weighted"))
-class Hybrid(Scorer):
+@SCORERS.register("mixture", aliases=("hybrid", "weighted"))  # ``hybrid``: its name in earlier specs
+class Mixture(Scorer):
     """Weighted sum of scorers from a spec such as 'logprob:0.7,consistency:0.3,repetition:1'."""
+
+    nestable = False  # built from a spec itself: never a component of one
 
     params = {
         "spec": Param(str, doc="components: name[(key=value;...)][:weight], comma-separated"),

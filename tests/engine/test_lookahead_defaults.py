@@ -1,0 +1,73 @@
+"""The lookahead's defaults are the configured escalating rules verifier: ``Lookahead(scorer="sudoku_rules",
+escalate=[0.99])`` and the lookahead of experiments/configs/lookahead_confirm.yaml decode the same."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from framework.core.params import ParameterError
+from framework.engine.config import DecodeConfig
+from framework.engine.controller_io import build_controller
+from framework.engine.lookahead import Branching, Lookahead, Ranking, Rollout
+
+ROOT = Path(__file__).resolve().parents[2]
+ROW = "margin_topk + lookahead (rules verifier, escalate 0.99, lazy)"
+
+
+def _configured_row() -> dict:
+    doc = yaml.safe_load((ROOT / "experiments" / "configs" / "lookahead_confirm.yaml").read_text())
+    return next(s for s in doc["strategies"] if s.get("label") == ROW)
+
+
+def test_each_part_has_the_facades_default_and_the_facade_only_routes_them():
+    la = Lookahead()
+    for part in (Branching, Rollout, Ranking):
+        for name in part.params:
+            assert getattr(la, name) == part.default(name), (part.__name__, name)
+    assert set(Lookahead.params) == {*Branching.params, *Rollout.params, *Ranking.params, "budget"}
+    assert la.budget == 128
+
+
+def test_defaults_decode_sudoku9_as_the_configured_escalating_rules_verifier():
+    import scorers  # noqa: F401 - registers sudoku_rules
+    from framework.engine.evaluate import decode_texts
+    from framework.tasks.base import get_task
+    from framework.training.zoo import load_model
+
+    row = _configured_row()
+    configured = Lookahead.build(**row["lookahead"])
+    default = Lookahead(scorer="sudoku_rules", escalate=[0.99])
+    assert default.get_params() == configured.get_params()
+    task = get_task("sudoku9")
+    loaded = load_model("tiny-sudoku9", device="cpu", progress=False)
+    examples = task.examples("test", 4)
+    cfg = DecodeConfig.build(gen_length=task.gen_length, block_length=task.default_block_length, seed=0,
+                             **row.get("decode", {}))
+    runs = []
+    for la in (configured, default):
+        params = dict(row["params"], base={"name": "margin_topk", "params": {"eta": 0.9}})  # a point of its sweep
+        _, results, gen = decode_texts(loaded, [e.prompt for e in examples], build_controller(row["controller"], **params),
+                                       cfg, ids=[e.id for e in examples], lookahead=la,
+                                       metas=[dict(e.meta) for e in examples])
+        (res,) = results
+        runs.append((gen, res.nfe.tolist(), res.lookahead_nfe.tolist(), res.escalations.tolist()))
+    assert runs[0] == runs[1]
+    assert sum(runs[0][2]) > 0  # the lookahead searched
+
+
+def test_the_loops_lookahead_budget_moved_to_the_lookahead():
+    with pytest.raises(ParameterError, match=r"lookahead_budget is no longer a decoding option.*--lookahead budget=N"):
+        DecodeConfig.build(gen_length=8, lookahead_budget=16)
+    from framework.cli.main import build_parser
+    from framework.cli.options import resolve_decoding
+
+    args = build_parser().parse_args(["decode", "--prompt", "x", "--controller", "margin_topk",
+                                      "--set", "lookahead_budget=128"])
+    with pytest.raises(ParameterError, match=r"lookahead_budget is no longer a decoding option.*--lookahead budget=N"):
+        resolve_decoding(args)
+    spent = torch.tensor([0, 5, 20])
+    assert Lookahead(budget=16).budget_left(None, spent).tolist() == [16, 11, -4]
