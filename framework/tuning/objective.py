@@ -13,12 +13,12 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.core.params import ParameterError, with_values
+from framework.core.params import ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import CONTROLLERS, Controller
 from framework.models.protocol import LoadedModel
-from framework.tuning.space import suggest, tuned_space
+from framework.tuning.space import suggest, tuned_space, with_point
 from framework.tuning.storage import open_storage
 
 REFERENCE = "sequential"
@@ -101,7 +101,7 @@ def make_objective(settings: TuneSettings, loaded: LoadedModel, task: Any, confi
     chunk, rest = examples[: settings.n_chunk], examples[settings.n_chunk:]
 
     def objective(trial: Any) -> tuple[float, float]:
-        params = with_values(dict(settings.fixed), suggest(trial, space))  # dotted names: a wrapper's inner
+        params = with_point(cls, dict(settings.fixed), suggest(trial, space))  # dotted names: a wrapper's inner
         trial.set_user_attr("worker", f"{worker}:{os.getpid()}")
         try:
             ctrl = cls.build(**params)

@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from framework.core.params import ParameterError, with_values
+from framework.core.params import ParameterError
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import CONTROLLERS
 from framework.engine.controller_io import build_controller
@@ -71,7 +71,7 @@ from framework.tuning.objective import (
     run_worker,
     score_examples,
 )
-from framework.tuning.space import default_point, tuned_space
+from framework.tuning.space import default_point, tuned_space, with_point
 from framework.tuning.storage import _redact, open_storage, storage_forms
 
 DEFAULT_OUT = Path("runs") / "tune"
@@ -223,7 +223,7 @@ def tune_controller(
                        mp_context)
     study = optuna.load_study(study_name=study_name, storage=store)
     chosen, met = choose_trial(study.trials, reference["accuracy"], max_drop)
-    params = with_values(dict(fixed), chosen.params)
+    params = with_point(cls, dict(fixed), chosen.params)
     ctrl = cls.build(**params)
     front = pareto_front(study)
     test = evaluate(loaded, task_obj, ctrl, config, split="test", n=n_test, batch_size=batch_size,
