@@ -1,12 +1,8 @@
 """Built-in scorers; importing this package registers them in ``framework.engine.scorer.SCORERS``."""
 
-from importlib import import_module
+from framework.core.registry import import_plugin
 
 _MODULES = ("logprob", "ar_logprob", "consistency", "repetition", "compliance", "sudoku_rules", "hybrid")
 
-for _name in _MODULES:
-    try:
-        import_module(f"{__name__}.{_name}")
-    except ModuleNotFoundError as exc:  # a module still being written must not break the others
-        if exc.name != f"{__name__}.{_name}":
-            raise
+for _name in _MODULES:  # a module that fails to import is an error naming it (a warning with --skip-broken-plugins)
+    import_plugin(f"{__name__}.{_name}", "built-in scorer module")

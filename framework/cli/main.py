@@ -7,14 +7,13 @@ Each sub-command lives in its own module under :mod:`framework.cli` and exposes
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from typing import Sequence
 
 from framework.cli.errors import CLIError
 from framework.core.params import ParameterError
-from framework.core.registry import UnknownNameError
+from framework.core.registry import PluginImportError, UnknownNameError, import_plugin, skip_broken_plugins
 
 COMMAND_MODULES = (
     "decode",
@@ -42,16 +41,14 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="Run 'adec COMMAND --help' for the options of one command.",
     )
+    parser.add_argument("--skip-broken-plugins", action="store_true",
+                        help="warn about a plugin module, entry point or command that fails to import and go "
+                             "on without it (default: an error naming the module)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        mod_name = f"framework.cli.{name}"
-        try:
-            mod = importlib.import_module(mod_name)
-        except ModuleNotFoundError as exc:
-            if exc.name == mod_name:
-                continue
-            raise
-        mod.register(sub)
+        mod = import_plugin(f"framework.cli.{name}", "adec command module")
+        if mod is not None:  # None: skipped with a warning (--skip-broken-plugins)
+            mod.register(sub)
     return parser
 
 
@@ -59,14 +56,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     os.environ.setdefault("WANDB_MODE", "offline")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    skip_broken_plugins("--skip-broken-plugins" in argv)  # before the command modules are imported
+    try:
+        parser = build_parser()
+    except PluginImportError as exc:
+        print(f"adec: error: {exc}", file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0
     try:
         return int(args.func(args) or 0)
-    except (ParameterError, UnknownNameError, CLIError, FileNotFoundError) as exc:
+    except (ParameterError, UnknownNameError, CLIError, FileNotFoundError, PluginImportError) as exc:
         print(f"adec {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

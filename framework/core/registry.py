@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import warnings
 from importlib import metadata
 from typing import Any, Callable, Generic, Iterator, TypeVar
 
@@ -30,6 +31,34 @@ class UnknownNameError(KeyError):
 
     def __str__(self) -> str:  # KeyError quotes its argument; keep the message readable
         return str(self.args[0]) if self.args else ""
+
+
+class PluginImportError(ImportError):
+    """A built-in plugin module or an entry point failed to import; the message names it and why."""
+
+
+#: ``adec --skip-broken-plugins`` sets this: a plugin that fails to import is then a warning, not an error
+SKIP_BROKEN_PLUGINS = False
+
+
+def skip_broken_plugins(skip: bool = True) -> None:
+    """Downgrade a plugin module that fails to import from an error to a warning (or back)."""
+    global SKIP_BROKEN_PLUGINS
+    SKIP_BROKEN_PLUGINS = bool(skip)
+
+
+def import_plugin(module: str, what: str = "plugin module") -> Any:
+    """Import ``module``; on failure raise :class:`PluginImportError` naming it and the exception,
+    or (with :func:`skip_broken_plugins`) warn and return ``None``."""
+    try:
+        return importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - any failure of a plugin's import is reported as one
+        message = (f"{what} {module!r} failed to import: {type(exc).__name__}: {exc} "
+                   f"(fix it, or run adec --skip-broken-plugins to go on without it)")
+        if SKIP_BROKEN_PLUGINS:
+            warnings.warn(message, UserWarning, stacklevel=2)
+            return None
+        raise PluginImportError(message) from exc
 
 
 class Registry(Generic[T]):
@@ -107,7 +136,7 @@ class Registry(Generic[T]):
             return
         self._loaded = True
         for mod in self.builtin_modules:
-            importlib.import_module(mod)
+            import_plugin(mod, f"built-in {self.kind} module")
         if self.entry_point_group:
             for ep in metadata.entry_points(group=self.entry_point_group):
                 if ep.name not in self._table and ep.name not in self._aliases:
@@ -124,7 +153,7 @@ class Registry(Generic[T]):
             raise UnknownNameError(f"unknown {self.kind} {name!r}{hint} Known {self.kind}s: {known}")
         obj = self._table[key]
         if isinstance(obj, str):
-            obj = _import_string(obj)
+            obj = _import_string(obj, f"{self.kind} {key!r}")
             self._check_type(key, obj)
             self._table[key] = obj
             if "registry_name" not in getattr(obj, "__dict__", {}):
@@ -150,11 +179,13 @@ class Registry(Generic[T]):
         return [(n, self.get(n)) for n in self.names()]
 
 
-def _import_string(target: str) -> Any:
+def _import_string(target: str, what: str = "plugin") -> Any:
     if ":" not in target:
         raise RegistryError(f"lazy registry entry {target!r} must look like 'package.module:Object'")
     mod_name, _, attr = target.partition(":")
-    obj: Any = importlib.import_module(mod_name)
+    obj: Any = import_plugin(mod_name, f"the module of {what} ({target})")
+    if obj is None:  # skipped with a warning: the name is unknown from now on
+        raise UnknownNameError(f"{what} is unavailable: its module {mod_name!r} failed to import (see the warning)")
     for part in attr.split("."):
         obj = getattr(obj, part)
     return obj
