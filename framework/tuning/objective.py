@@ -65,6 +65,7 @@ class TuneSettings:
     prune_margin: Optional[float]
     batch_size: int
     data_seed: int
+    ranges: Optional[dict] = None  # user ranges replacing declared ones (adec tune --range NAME=LOW:HIGH)
 
     @property
     def n_chunk(self) -> int:
@@ -96,7 +97,7 @@ def make_objective(settings: TuneSettings, loaded: LoadedModel, task: Any, confi
     import optuna
 
     cls = CONTROLLERS.get(settings.controller)
-    space = tuned_space(cls, settings.fixed)
+    space = tuned_space(cls, settings.fixed, settings.ranges)
     examples = task.examples("validation", settings.n_val, seed=settings.data_seed)
     chunk, rest = examples[: settings.n_chunk], examples[settings.n_chunk:]
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any, Optional
 
@@ -53,11 +54,13 @@ def _with_path(cls: Optional[type[Controller]], params: dict, key: str, value: A
                                   lambda name, inner, path, v: _with_path(_registered(name), inner, path, v))
 
 
-def tuned_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None) -> dict[str, Param]:
-    """``cls.search_space()`` minus the fixed parameters, with a wrapper's inner space (dotted names);
-    an empty space is an error."""
+def tuned_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None,
+                ranges: Optional[dict[str, str]] = None) -> dict[str, Param]:
+    """``cls.search_space()`` minus the fixed parameters, with its nested controllers' spaces (dotted
+    names) and the user ``ranges`` (:func:`with_ranges`); an empty space is an error."""
     space = {k: p for k, p in cls.search_space().items() if k not in (fixed or {})}
     space.update(inner_space(cls, fixed))
+    space = with_ranges(cls, space, ranges)
     if not space:
         declared = ", ".join(cls.search_space()) or "none"
         raise ParameterError(
@@ -65,6 +68,37 @@ def tuned_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None) -
             f"{declared}; fixed by --set: {', '.join(fixed or {}) or 'none'})"
         )
     return space
+
+
+def with_ranges(cls: type[Controller], space: dict[str, Param], ranges: Optional[dict[str, str]]) -> dict[str, Param]:
+    """``space`` with user ranges (``{"eta": "0.9:0.999"}``, ``adec tune --range``) replacing the
+    declared ones: each end must pass the parameter's own bounds, ints stay ints, a log-scale space
+    stays log. A name outside the space (a dotted one too) fails, listing the tunable names."""
+    out = dict(space)
+    for name, text in (ranges or {}).items():
+        if name not in space:
+            raise ParameterError(f"--range {name}={text}: {name!r} is not tuned for {cls.display_name()}; "
+                                 f"tunable: {', '.join(space) or '(none)'}")
+        spec = space[name]
+        low, sep, high = str(text).partition(":")
+        if not sep or spec.kind not in (int, float) or spec.choices is not None:
+            raise ParameterError(f"--range {name}={text}: expected LOW:HIGH for a numeric parameter "
+                                 f"({name} is {spec.allowed()})")
+        try:
+            lo, hi = spec.check("", name, low.strip()), spec.check("", name, high.strip())
+        except ParameterError:
+            raise ParameterError(f"{cls.display_name()}.{name} range {text} is outside the parameter's bounds "
+                                 f"{_bounds(spec)}") from None
+        if lo >= hi or (spec.log and lo <= 0):
+            raise ParameterError(f"{cls.display_name()}.{name} range {text}: need LOW < HIGH"
+                                 + (" and LOW > 0 (a log-scale range)" if spec.log else ""))
+        out[name] = dataclasses.replace(spec, tune=(lo, hi))
+    return out
+
+
+def _bounds(spec: Param) -> str:
+    text = spec.allowed()
+    return text.split(" in ", 1)[1] if " in " in text else text
 
 
 def is_range(spec: Param) -> bool:
