@@ -262,3 +262,23 @@ def test_cli_help_and_plot(tmp_path, capsys):
     res = tune(tmp_path, "memory", n_trials=2, n_test=0, plot=True, study_name="plot")
     assert res.plot is not None and res.plot.stat().st_size > 1000
     assert res.plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_user_ranges_replace_the_declared_ones_and_are_checked_first(tmp_path):
+    import controllers  # noqa: F401
+    from framework.engine.controller import CONTROLLERS
+    from framework.tuning.space import tuned_space
+
+    margin = CONTROLLERS.get("margin_topk")
+    space = tuned_space(margin, ranges={"eta": "0.9:0.999", "k": "1:4"})
+    assert space["eta"].tune == (0.9, 0.999) and space["k"].tune == (1, 4) and isinstance(space["k"].tune[0], int)
+    with pytest.raises(ParameterError, match=r"margin_topk.eta range 2:3 is outside the parameter's bounds \[0, 1\]"):
+        tuned_space(margin, ranges={"eta": "2:3"})
+    with pytest.raises(ParameterError, match="'nope' is not tuned"):
+        tuned_space(margin, ranges={"nope": "0:1"})
+    nested = tuned_space(CONTROLLERS.get("verified"), ranges={"inner.threshold": "0.8:0.95"})
+    assert nested["inner.threshold"].tune == (0.8, 0.95)
+    with pytest.raises(ParameterError, match="outside the parameter's bounds"):  # before any decoding
+        tune(tmp_path, "memory", ranges={"threshold": "-1:0.5"})
+    res = tune(tmp_path, "memory", n_trials=3, n_test=0, ranges={"threshold": "0.6:0.85"}, study_name="r")
+    assert all(0.6 <= f["params"]["threshold"] <= 0.85 for f in res.front)
