@@ -121,7 +121,7 @@ def yaml_form(value: Any) -> Any:
 class MappingParam(Param):
     """A mapping of parameter names to values (e.g. a scorer's or a fixed sub-controller's params)."""
 
-    kind: Any = "mapping"
+    kind: Any = dict
 
     def allowed(self) -> str:
         return "a mapping of parameter names to values" + (" or null" if self.nullable else "")
@@ -196,7 +196,7 @@ class ControllerSpec(Param):
     :mod:`framework.tuning.space`).
     """
 
-    kind: Any = "controller"
+    kind: Any = "spec"
     many: bool = False
     params_in: Optional[str] = None
     controller: Optional[str] = None
