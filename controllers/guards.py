@@ -19,8 +19,9 @@
   tokens, x0 at masked positions). With ``entropy_topk`` inside, a position about to write "the
   cheapest" keeps more candidates and is not committed, so the lookahead can branch there.
 
-Both wrap a controller given as ``inner`` (a registered name) and ``inner_params`` (its params)
-and pass through its ``k``, ``depth`` and ``next_block_length``.
+Both wrap a controller given as ``inner`` (a name, ``tuned:PATH`` or ``{name, params}``) and
+``inner_params`` (more of its params; :class:`controllers.nesting.Wrapper`) and pass through its
+``k``, ``depth`` and ``next_block_length``.
 """
 
 from __future__ import annotations
@@ -33,49 +34,9 @@ from typing import Any, Mapping, Optional
 import torch
 
 from framework.core.params import Param, ParameterError
-from framework.core.registry import UnknownNameError
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.controller_io import build_controller
+from framework.engine.controller import CONTROLLERS, Decision, DecodeState
 from framework.engine.features import StepFeatures
-
-
-class Wrapper(Controller):
-    """A controller around ``inner`` (built from ``inner`` + ``inner_params`` at validation)."""
-
-    def check_combination(self) -> None:
-        owner = self.display_name()
-        if not isinstance(self.inner, str) or not self.inner:
-            raise ParameterError(f"{owner}.inner={self.inner!r} is not allowed; allowed: a registered controller name")
-        if self.inner_params is not None and not (
-            isinstance(self.inner_params, Mapping) and all(isinstance(k, str) for k in self.inner_params)
-        ):
-            raise ParameterError(f"{owner}.inner_params={self.inner_params!r} is not allowed; "
-                                 f"allowed: a mapping of parameter names to values, or null")
-        try:
-            self._inner = build_controller(self.inner, **dict(self.inner_params or {}))
-        except (ParameterError, UnknownNameError) as exc:
-            raise ParameterError(f"{owner}.inner: {exc}") from None
-
-    def inner_controller(self) -> Controller:
-        if "_inner" not in self.__dict__:
-            self.validate()
-        return self._inner
-
-    @property
-    def stochastic(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.inner_controller(), "stochastic", False))
-
-    @property
-    def revocable(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.inner_controller(), "revocable", False))
-
-    @property
-    def verifies(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.inner_controller(), "verifies", False))
-
-    def reset(self, state: DecodeState) -> None:
-        super().reset(state)
-        self._inner.reset(state)
+from controllers.nesting import Wrapper, wrapped_params
 
 
 def _tokenizer_ids(tokenizer: Any, pattern: str) -> list[int]:
@@ -122,8 +83,7 @@ class NumberGuard(Wrapper):
 
     kind = "heuristic"
     params = {
-        "inner": Param(str, doc="the wrapped controller (a registered name)"),
-        "inner_params": Param(dict, nullable=True, doc="parameters of the wrapped controller"),
+        **wrapped_params(),
         "rule": Param(str, choices=("digits", "meta", "both"), doc="what marks a span"),
         "digit_ids": Param(list, nullable=True, doc="token ids of digits; null = from the tokenizer"),
         "token_regex": Param(str, doc="a token is a digit when its text matches (with a tokenizer)"),
@@ -213,8 +173,7 @@ class ComplianceEntropy(Wrapper):
 
     kind = "heuristic"
     params = {
-        "inner": Param(str, doc="the wrapped controller (a registered name)"),
-        "inner_params": Param(dict, nullable=True, doc="parameters of the wrapped controller"),
+        **wrapped_params(),
         "weight": Param(float, low=0.0, doc="λ, nats added to H inside a violation", tune=(0.5, 4.0)),
         "compliance": Param(dict, nullable=True, doc="parameters of the compliance scorer (banned, numbers, ...)"),
     }

@@ -12,8 +12,9 @@ d the lookahead depth (``Decision.depth``).
 * ``confidence_ladder``: lookahead depth from the least-confident top-1, wrapping any commit rule.
 * ``switch`` / ``hybrid`` / ``compose``: sub-controllers given by config.
 
-Sub-controllers are given as a registered name, ``"tuned:PATH"`` or
-``{"name": NAME, "params": {...}}``. Each child keeps its state in ``state.memory`` under the
+Sub-controllers are :class:`~framework.core.params.ControllerSpec` parameters, given as a
+registered name, ``"tuned:PATH"`` or ``{"name": NAME, "params": {...}}``; their parameters are
+tuned by dotted names (``base.eta``, ``controllers.0.eta``, ``margin.eta``). Each child keeps its state in ``state.memory`` under the
 prefix ``"<owner>/<slot>/"`` (e.g. ``hybrid/margin/margin_topk.eta``): the owner hands it a view
 of its own keys and writes them back, so any controller can be a child without knowing it, and two
 children of the same kind never share a key. Every decision commits a subset of
@@ -23,149 +24,15 @@ children of the same kind never share a key. Every decision commits a subset of
 from __future__ import annotations
 
 import dataclasses
-import math
-from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.core.registry import UnknownNameError
+from framework.core.params import ControllerSpec, NumberListParam, Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
 from framework.engine.selection import select_topk
-
-# ---------------------------------------------------------------------- structured parameters
-_ALLOWED = {
-    "spec": "a controller name, 'tuned:PATH' or {name: NAME, params: {...}}",
-    "specs": "a non-empty list of controller specs (name, 'tuned:PATH' or {name, params})",
-    "params": "a mapping of parameter names to values",
-    "numbers": "a list of numbers",
-}
-
-
-@dataclass(frozen=True)
-class ConfigParam(Param):
-    """A structured parameter: a sub-controller ``spec``, a list of ``specs``, a ``params`` dict or
-    a list of ``numbers`` (lists are stored as lists, so values round-trip through YAML)."""
-
-    kind: Any = "spec"
-
-    def allowed(self) -> str:
-        return _ALLOWED[self.kind] + (" or null" if self.nullable else "")
-
-    def check(self, owner: str, name: str, value: Any) -> Any:
-        where = f"{owner}.{name}"
-        if value is None and self.nullable:
-            return None
-        bad = ParameterError(f"{where}={value!r} is not allowed; allowed: {self.allowed()}")
-        if self.kind == "spec":
-            _parse_spec(where, value)
-            return _yaml_form(value)
-        if self.kind == "params":
-            if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
-                raise bad
-            return _yaml_form(value)
-        if not isinstance(value, (list, tuple)):
-            raise bad
-        if self.kind == "specs":
-            if not value:
-                raise bad
-            for i, item in enumerate(value):
-                _parse_spec(f"{where}[{i}]", item)
-            return _yaml_form(value)
-        if not all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value):
-            raise bad
-        return list(value)
-
-
-def _yaml_form(value: Any) -> Any:
-    """Tuples become lists and mappings dicts, recursively, so values equal their YAML round trip."""
-    if isinstance(value, Mapping):
-        return {k: _yaml_form(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_yaml_form(v) for v in value]
-    return value
-
-
-def _parse_spec(where: str, spec: Any) -> tuple[str, dict]:
-    if isinstance(spec, str) and spec:
-        return spec, {}
-    if (isinstance(spec, Mapping) and isinstance(spec.get("name"), str) and set(spec) <= {"name", "params"}
-            and isinstance(spec.get("params") or {}, Mapping)):
-        return spec["name"], dict(spec.get("params") or {})
-    raise ParameterError(f"{where}={spec!r} is not a controller spec; allowed: {_ALLOWED['spec']}")
-
-
-# ---------------------------------------------------------------------- sub-controllers
-class _Child:
-    """A sub-controller with its own namespace ``prefix`` in ``state.memory``."""
-
-    def __init__(self, controller: Controller, prefix: str) -> None:
-        self.controller = controller
-        self.prefix = prefix
-
-    def _view(self, state: DecodeState) -> DecodeState:
-        n = len(self.prefix)
-        mem = {k[n:]: v for k, v in state.memory.items() if k.startswith(self.prefix)}
-        return dataclasses.replace(state, memory=mem)
-
-    def _merge(self, state: DecodeState, view: DecodeState) -> None:
-        for key, value in view.memory.items():
-            state.memory[self.prefix + key] = value
-
-    def reset(self, state: DecodeState) -> None:
-        view = self._view(state)
-        self.controller.reset(view)
-        self._merge(state, view)
-
-    def decide(self, f: StepFeatures, state: DecodeState, rows: Optional[torch.Tensor] = None) -> Decision:
-        view = self._view(state)
-        if rows is None:
-            d = self.controller.decide(f, view)
-        else:
-            sub = view.rows(rows)
-            d = self.controller.decide(f.rows(rows), sub)
-            view.update_rows(rows, sub)
-        self._merge(state, view)
-        return d
-
-
-class _Composite(Controller):
-    """Base of controllers built from sub-controllers; subclasses list ``_slots()``."""
-
-    def _slots(self) -> list[tuple[str, Any]]:  # (slot name, spec); None = empty slot
-        raise NotImplementedError
-
-    def check_combination(self) -> None:
-        owner = self.display_name()
-        children = {}
-        for slot, spec in self._slots():
-            if spec is None:
-                continue
-            name, params = _parse_spec(f"{owner}.{slot}", spec)
-            try:
-                child = build_controller(name, **params)
-            except (ParameterError, UnknownNameError, FileNotFoundError) as exc:
-                raise ParameterError(f"{owner}.{slot}: {exc}") from None
-            children[slot] = _Child(child, f"{owner}/{slot}/")
-        self._children = children
-
-    def children(self) -> dict[str, _Child]:
-        if "_children" not in self.__dict__:
-            self.validate()
-        return self._children
-
-    @property
-    def stochastic(self) -> bool:  # type: ignore[override]
-        return any(bool(getattr(c.controller, "stochastic", False)) for c in self.children().values())
-
-    def reset(self, state: DecodeState) -> None:
-        super().reset(state)  # validates, which rebuilds fresh children
-        for child in self._children.values():
-            child.reset(state)
-
+from controllers.nesting import Composite
 
 def _scatter_rows(f: StepFeatures, parts: Sequence[tuple[str, torch.Tensor, Decision]]) -> Decision:
     """One batch decision from per-row-subset decisions ``(slot, rows, decision)``."""
@@ -289,7 +156,7 @@ class EntropyTopK(Controller):
         "alpha": Param(float, low=0.0, low_exclusive=True, doc="α, candidates per unit of H/τ", tune=(1.0, 4.0)),
         "tau": Param(float, low=0.0, low_exclusive=True, doc="τ, entropy temperature (nats)", tune=(0.5, 2.0)),
         "k_max": Param(int, low=1, high=64, doc="k_max, most candidates at one position", tune=(3, 8)),
-        "buckets": ConfigParam("numbers", nullable=True, doc="allowed k values; null = powers of two, k_max"),
+        "buckets": NumberListParam(nullable=True, doc="allowed k values; null = powers of two, k_max"),
         "depth": Param(int, low=0, high=64, doc="lookahead depth d where candidates are kept (0 = none)"),
     }
 
@@ -321,7 +188,7 @@ class EntropyTopK(Controller):
 
 # ---------------------------------------------------------------------- confidence ladder
 @CONTROLLERS.register("confidence_ladder", aliases=("ladder",))
-class ConfidenceLadder(_Composite):
+class ConfidenceLadder(Composite):
     """Confidence ladder: lookahead depth 1 / 3 / d_max as the least-confident top-1 > 0.9 / 0.7.
 
     Per sample, s = the smallest (``statistic="min"``) or mean top-1 probability over the eligible
@@ -338,7 +205,7 @@ class ConfidenceLadder(_Composite):
         "depth_mid": Param(int, low=0, high=64, doc="depth for middling rows"),
         "d_max": Param(int, low=0, high=64, doc="depth for the least confident rows", tune=(3, 7)),
         "statistic": Param(str, choices=("min", "mean"), doc="how a row's top-1 values are summarised"),
-        "base": ConfigParam("spec", doc="the commit rule (any controller)"),
+        "base": ControllerSpec(doc="the commit rule (any controller)"),
     }
 
     def __init__(self, high: float = 0.9, mid: float = 0.7, depth_high: int = 1, depth_mid: int = 3,
@@ -350,9 +217,6 @@ class ConfidenceLadder(_Composite):
         self.d_max = d_max
         self.statistic = statistic
         self.base = base
-
-    def _slots(self) -> list[tuple[str, Any]]:
-        return [("base", self.base)]
 
     def check_combination(self) -> None:
         if self.mid > self.high:
@@ -386,7 +250,7 @@ SWITCH_BY = ("step", "block_step", "progress")
 
 
 @CONTROLLERS.register("switch")
-class Switch(_Composite):
+class Switch(Composite):
     """Switch: row uses controllers[i] while its counter is in [at[i−1], at[i]) (all by config).
 
     The counter (``by``) is the decoding step, the step within the current block, or the
@@ -395,8 +259,8 @@ class Switch(_Composite):
     """
 
     params = {
-        "controllers": ConfigParam("specs", doc="the sub-controllers, in order of use"),
-        "at": ConfigParam("numbers", doc="increasing boundaries, one fewer than controllers"),
+        "controllers": ControllerSpec(many=True, doc="the sub-controllers, in order of use"),
+        "at": NumberListParam(doc="increasing boundaries, one fewer than controllers"),
         "by": Param(str, choices=SWITCH_BY, doc="the per-sample counter compared with at"),
     }
 
@@ -406,14 +270,11 @@ class Switch(_Composite):
         self.at = at
         self.by = by
 
-    def _slots(self) -> list[tuple[str, Any]]:
-        return [(str(i), spec) for i, spec in enumerate(self.controllers)]
-
     def _boundaries(self) -> list[float]:
         return list(self.at)
 
     def check_combination(self) -> None:
-        at, n = self._boundaries(), len(self._slots())
+        at, n = self._boundaries(), len(self.nested_controllers(self.get_params()))
         if len(at) != n - 1 or any(a >= b for a, b in zip(at, at[1:])):
             raise ParameterError(f"{self.display_name()}: at={at!r} must be {n - 1} strictly increasing "
                                  f"boundaries for {n} controllers")
@@ -444,8 +305,8 @@ class Hybrid(Switch):
     params = {
         "warmup": Param(int, low=0, high=4096, doc="steps decided by margin_topk", tune=(0, 16)),
         "by": Switch.params["by"],
-        "margin": ConfigParam("params", nullable=True, doc="margin_topk parameters"),
-        "entropy": ConfigParam("params", nullable=True, doc="entropy_topk parameters"),
+        "margin": ControllerSpec(controller="margin_topk", nullable=True, doc="margin_topk parameters"),
+        "entropy": ControllerSpec(controller="entropy_topk", nullable=True, doc="entropy_topk parameters"),
     }
 
     def __init__(self, warmup: int = 4, by: str = "step", margin: Optional[dict] = None,
@@ -455,16 +316,12 @@ class Hybrid(Switch):
         self.margin = margin
         self.entropy = entropy
 
-    def _slots(self) -> list[tuple[str, Any]]:
-        return [("margin", {"name": "margin_topk", "params": self.margin or {}}),
-                ("entropy", {"name": "entropy_topk", "params": self.entropy or {}})]
-
     def _boundaries(self) -> list[float]:
         return [self.warmup]
 
 
 @CONTROLLERS.register("compose")
-class Compose(_Composite):
+class Compose(Composite):
     """Compose: commit from one sub-controller, k and depth from others (all by config).
 
     ``commit`` gives the commit mask and tokens; ``k`` (if set) the candidate counts at the
@@ -473,18 +330,15 @@ class Compose(_Composite):
     """
 
     params = {
-        "commit": ConfigParam("spec", doc="controller whose commit mask and tokens are used"),
-        "k": ConfigParam("spec", nullable=True, doc="controller whose k is used (null: commit's)"),
-        "depth": ConfigParam("spec", nullable=True, doc="controller whose depth is used (null: commit's)"),
+        "commit": ControllerSpec(doc="controller whose commit mask and tokens are used"),
+        "k": ControllerSpec(nullable=True, doc="controller whose k is used (null: commit's)"),
+        "depth": ControllerSpec(nullable=True, doc="controller whose depth is used (null: commit's)"),
     }
 
     def __init__(self, commit: Any = "margin_topk", k: Any = "entropy_topk", depth: Any = "confidence_ladder") -> None:
         self.commit = commit
         self.k = k
         self.depth = depth
-
-    def _slots(self) -> list[tuple[str, Any]]:
-        return [("commit", self.commit), ("k", self.k), ("depth", self.depth)]
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         out = {slot: child.decide(f, state) for slot, child in self.children().items()}

@@ -39,7 +39,7 @@ from framework.core.rng import uniform_at
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.selection import rank_within, select_topk
-from controllers.guards import Wrapper
+from controllers.nesting import Wrapper, wrapped_params
 
 REMDM_SALT = 0x2E3D
 
@@ -118,8 +118,7 @@ class Verified(Wrapper):
     revocable = True
     verifies = True
     params = {
-        "inner": Param(str, doc="the drafting controller (a registered name)"),
-        "inner_params": Param(dict, nullable=True, doc="parameters of the drafting controller"),
+        **wrapped_params("the drafting controller"),
         **NARROW_OUT_PARAMS,
     }
 

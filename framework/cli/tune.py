@@ -23,8 +23,13 @@ examples is more than --prune-margin below sequential decoding's there; the expo
 fewest-NFE trial whose validation accuracy is at least sequential's minus --max-drop (else the
 most accurate trial, with a note). Outputs in --out: STUDY.yaml, STUDY_pareto.png, STUDY.json.
 
+Search space: each tuned parameter's declared range (adec list --verbose); --range NAME=LOW:HIGH
+replaces one (nested controllers' parameters by dotted names: inner.threshold, base.eta,
+controllers.0.eta).
+
 Example:
   adec tune --controller margin_topk --task addition --n-trials 30 --workers 2
+  adec tune --controller margin_topk --task sudoku9 --range eta=0.9:0.999 --n-trials 8
   adec decode --controller tuned:runs/tune/margin_topk-addition-tiny-addition.yaml ...
 """
 
@@ -54,6 +59,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-prune", action="store_true", help="never prune")
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="decoding option, or controller parameter held fixed (taken out of the space)")
+    p.add_argument("--range", dest="ranges", action="append", default=[], metavar="NAME=LOW:HIGH",
+                   help="replace a parameter's declared search range, repeatable (e.g. --range eta=0.9:0.999; a "
+                        "nested controller's by its dotted name, --range inner.threshold=0.8:0.99); checked "
+                        "against the parameter's bounds; ints stay ints, a log-scale range stays log")
     p.add_argument("--out", default="runs/tune", help="output folder (default: runs/tune)")
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default: 0)")
     p.add_argument("--device", default="cpu")
@@ -71,6 +80,12 @@ def run(args: argparse.Namespace) -> int:
     from framework.tuning.study import tune_controller
 
     cfg_kw, fixed = split_settings(args.controller, parse_assignments(args.sets))
+    ranges = {}
+    for pair in args.ranges:
+        name, sep, text = pair.partition("=")
+        if not sep or ":" not in text:
+            raise CLIError(f"--range expects NAME=LOW:HIGH (e.g. eta=0.9:0.999), got {pair!r}")
+        ranges[name.strip()] = text.strip()
     try:
         result = tune_controller(
             args.controller, args.task, model=args.model, task_params=parse_assignments(args.task_params),
@@ -78,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
             storage=args.storage, study_name=args.study_name, out_dir=args.out, n_val=args.n_val,
             n_test=args.n_test, batch_size=args.batch_size, max_drop=args.max_drop,
             prune_margin=None if args.no_prune else args.prune_margin, prune_fraction=args.prune_fraction,
-            fixed=fixed, decode=cfg_kw, seed=args.seed, device=args.device, plot=not args.no_plot,
+            fixed=fixed, ranges=ranges, decode=cfg_kw, seed=args.seed, device=args.device, plot=not args.no_plot,
         )
     except NoCompleteTrialError as exc:  # the trials stay in the study's storage; more trials resume it
         raise CLIError(f"{exc}; the finished trials are kept, so running again continues the study") from None

@@ -15,7 +15,7 @@ import inspect
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, ClassVar, Mapping, Sequence
+from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 
 class ParameterError(ValueError):
@@ -106,6 +106,173 @@ class Param:
                 raise ParameterError(f"{where}={value!r} is not a string")
             return value
         return value
+
+
+def yaml_form(value: Any) -> Any:
+    """Tuples become lists and mappings dicts, recursively, so values equal their YAML round trip."""
+    if isinstance(value, Mapping):
+        return {k: yaml_form(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [yaml_form(v) for v in value]
+    return value
+
+
+@dataclass(frozen=True)
+class MappingParam(Param):
+    """A mapping of parameter names to values (e.g. a scorer's or a fixed sub-controller's params)."""
+
+    kind: Any = dict
+
+    def allowed(self) -> str:
+        return "a mapping of parameter names to values" + (" or null" if self.nullable else "")
+
+    def check(self, owner: str, name: str, value: Any) -> Any:
+        if value is None and self.nullable:
+            return None
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ParameterError(f"{owner}.{name}={value!r} is not allowed; allowed: {self.allowed()}")
+        return yaml_form(value)
+
+
+@dataclass(frozen=True)
+class NumberListParam(Param):
+    """A list of finite numbers (stored as a list, so it round-trips through YAML)."""
+
+    kind: Any = "numbers"
+
+    def allowed(self) -> str:
+        return "a list of numbers" + (" or null" if self.nullable else "")
+
+    def check(self, owner: str, name: str, value: Any) -> Any:
+        if value is None and self.nullable:
+            return None
+        if not isinstance(value, (list, tuple)) or not all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in value):
+            raise ParameterError(f"{owner}.{name}={value!r} is not allowed; allowed: {self.allowed()}")
+        return list(value)
+
+
+SPEC_FORMS = "a controller name, 'tuned:PATH' or {name: NAME, params: {...}}"
+
+
+def parse_controller_spec(where: str, spec: Any) -> tuple[str, dict]:
+    """``(name, params)`` of a nested controller given as ``NAME``, ``"tuned:PATH"`` or
+    ``{name: NAME, params: {...}}`` (``params`` optional); anything else raises, naming ``where``."""
+    if isinstance(spec, str) and spec:
+        return spec, {}
+    if (isinstance(spec, Mapping) and isinstance(spec.get("name"), str) and spec.get("name")
+            and set(spec) <= {"name", "params"} and isinstance(spec.get("params") or {}, Mapping)):
+        return spec["name"], dict(spec.get("params") or {})
+    raise ParameterError(f"{where}={spec!r} is not a controller spec; allowed: {SPEC_FORMS}")
+
+
+@dataclass(frozen=True)
+class NestedController:
+    """One controller nested in another: its dotted ``path`` among the owner's parameters (the prefix
+    of its tunable names, ``base``, ``controllers.1``, ``inner``), its ``slot`` (the last part of
+    the path), its registered ``name`` (or ``tuned:PATH``) and the ``params`` it is built with."""
+
+    path: str
+    slot: str
+    name: str
+    params: dict
+
+
+@dataclass(frozen=True)
+class ControllerSpec(Param):
+    """A nested controller (a sub-controller of a composite, the controller a wrapper wraps).
+
+    The value is ``NAME``, ``"tuned:PATH"`` or ``{name: NAME, params: {...}}``; with ``many`` a
+    non-empty list of those. Two storage variants keep older forms working:
+
+    * ``params_in="inner_params"``: the owner's parameter of that name (a :class:`MappingParam`)
+      holds more parameters of the nested controller, merged over the spec's own (a key given in
+      both places is an error) - a wrapper's ``inner`` + ``inner_params``;
+    * ``controller="margin_topk"``: the nested controller is fixed and the value is only its
+      parameters mapping (or null).
+
+    Every nested controller's tunable parameter is named by its dotted path from the owner:
+    ``inner.threshold``, ``base.eta``, ``controllers.0.eta``, ``margin.eta`` (see
+    :mod:`framework.tuning.space`).
+    """
+
+    kind: Any = "spec"
+    many: bool = False
+    params_in: Optional[str] = None
+    controller: Optional[str] = None
+
+    def allowed(self) -> str:
+        if self.controller is not None:
+            text = f"a mapping of {self.controller} parameters"
+        elif self.many:
+            text = f"a non-empty list of controller specs ({SPEC_FORMS})"
+        else:
+            text = SPEC_FORMS
+        return text + (" or null" if self.nullable else "")
+
+    def check(self, owner: str, name: str, value: Any) -> Any:
+        where = f"{owner}.{name}"
+        if value is None and (self.nullable or self.controller is not None):
+            return None
+        if self.controller is not None:
+            return MappingParam().check(owner, name, value)
+        if self.many:
+            if not isinstance(value, (list, tuple)) or not value:
+                raise ParameterError(f"{where}={value!r} is not allowed; allowed: {self.allowed()}")
+            for i, item in enumerate(value):
+                parse_controller_spec(f"{where}[{i}]", item)
+        else:
+            parse_controller_spec(where, value)
+        return yaml_form(value)
+
+    def nested(self, name: str, value: Any, owner_params: Mapping[str, Any]) -> list[NestedController]:
+        """The nested controllers ``value`` (this parameter's, named ``name``) describes;
+        ``owner_params`` supplies the ``params_in`` mapping. Empty for null."""
+        if value is None and self.controller is None:
+            return []
+        if self.controller is not None:
+            return [NestedController(name, name, self.controller, dict(value or {}))]
+        if self.many:
+            return [NestedController(f"{name}.{i}", str(i), *parse_controller_spec(f"{name}[{i}]", v))
+                    for i, v in enumerate(value)]
+        child, params = parse_controller_spec(name, value)
+        if self.params_in is not None:
+            extra = dict(owner_params.get(self.params_in) or {})
+            both = sorted(set(params) & set(extra))
+            if both:
+                raise ParameterError(f"{name}: parameter {both[0]!r} of {child} is given both in {name}'s params "
+                                     f"and in {self.params_in}; give it once")
+            params = {**params, **extra}
+        return [NestedController(name, name, child, params)]
+
+    def with_nested_value(self, name: str, current: Any, owner_params: dict, path: str, value: Any,
+                          set_in: Callable[[str, dict, str, Any], dict]) -> dict:
+        """``owner_params`` with ``path`` (below this parameter, e.g. ``eta`` or ``0.eta``) set to
+        ``value`` in the nested controller's parameters; ``current`` is this parameter's value (given
+        or default); ``set_in(child_name, child_params, rest, value)`` sets a name inside the child
+        (it may be nested again). The stored form is kept: a ``params_in`` mapping, a fixed
+        controller's mapping, or ``{name, params}`` specs."""
+        if self.controller is not None:
+            return {**owner_params, name: set_in(self.controller, dict(current or {}), path, value)}
+        if self.many:
+            index, _, rest = path.partition(".")
+            items = list(current or [])
+            if not index.isdigit() or int(index) >= len(items) or not rest:
+                raise ParameterError(f"{name}.{path}: expected {name}.INDEX.PARAM with INDEX below {len(items)}")
+            items[int(index)] = _spec_with(f"{name}.{index}", items[int(index)], rest, value, set_in)
+            return {**owner_params, name: items}
+        if current is None:
+            raise ParameterError(f"{name}.{path}: {name} is null; set {name} to a controller first")
+        if self.params_in is not None:
+            child, _ = parse_controller_spec(name, current)
+            inner = dict(owner_params.get(self.params_in) or {})
+            return {**owner_params, self.params_in: set_in(child, inner, path, value)}
+        return {**owner_params, name: _spec_with(name, current, path, value, set_in)}
+
+
+def _spec_with(where: str, spec: Any, path: str, value: Any, set_in: Callable[[str, dict, str, Any], dict]) -> dict:
+    child, params = parse_controller_spec(where, spec)
+    return {"name": child, "params": set_in(child, params, path, value)}
 
 
 def coerce_literal(text: str) -> Any:
@@ -209,6 +376,20 @@ class Configurable:
             UserWarning,
             stacklevel=3,
         )
+
+    @classmethod
+    def nested_controllers(cls, params: Mapping[str, Any]) -> list[NestedController]:
+        """The controllers nested in ``params`` by the :class:`ControllerSpec` parameters (a parameter
+        missing from ``params`` takes its default), in declaration order."""
+        full = {n: params[n] if n in params else cls.default(n) for n in cls._param_names()}
+        out: list[NestedController] = []
+        for name, spec in cls.params.items():
+            if isinstance(spec, ControllerSpec) and name in full:
+                try:
+                    out.extend(spec.nested(name, full[name], full))
+                except ParameterError as exc:
+                    raise ParameterError(f"{cls.display_name()}.{exc}") from None
+        return out
 
     @classmethod
     def search_space(cls) -> dict[str, Param]:

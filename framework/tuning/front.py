@@ -45,8 +45,9 @@ def choose_trial(trials: Sequence[Any], reference_accuracy: float, max_drop: flo
         raise NoCompleteTrialError(
             f"no complete trial to choose from: {pruned} of {len(trials)} trials were pruned (their accuracy fell "
             f"too far below the reference's) and {len(trials) - pruned} failed; the search space may not reach "
-            f"the reference's accuracy on this task: run more trials, pass --no-prune, or hold a parameter with "
-            f"--set")
+            f"the reference's accuracy on this task. What to do: move the space to where decoding is careful "
+            f"with --range NAME=LOW:HIGH (e.g. --range eta=0.9:0.999 for margin_topk, a threshold near 1 for "
+            f"fast_dllm), run more trials, pass --no-prune to measure every trial, or hold a parameter with --set")
     i, met = choose_index([(t.values[0], t.values[1]) for t in complete], reference_accuracy, max_drop)
     return complete[i], met
 

@@ -13,12 +13,12 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.core.params import ParameterError, with_values
+from framework.core.params import ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import CONTROLLERS, Controller
 from framework.models.protocol import LoadedModel
-from framework.tuning.space import suggest, tuned_space
+from framework.tuning.space import suggest, tuned_space, with_point
 from framework.tuning.storage import open_storage
 
 REFERENCE = "sequential"
@@ -65,6 +65,7 @@ class TuneSettings:
     prune_margin: Optional[float]
     batch_size: int
     data_seed: int
+    ranges: Optional[dict] = None  # user ranges replacing declared ones (adec tune --range NAME=LOW:HIGH)
 
     @property
     def n_chunk(self) -> int:
@@ -96,12 +97,12 @@ def make_objective(settings: TuneSettings, loaded: LoadedModel, task: Any, confi
     import optuna
 
     cls = CONTROLLERS.get(settings.controller)
-    space = tuned_space(cls, settings.fixed)
+    space = tuned_space(cls, settings.fixed, settings.ranges)
     examples = task.examples("validation", settings.n_val, seed=settings.data_seed)
     chunk, rest = examples[: settings.n_chunk], examples[settings.n_chunk:]
 
     def objective(trial: Any) -> tuple[float, float]:
-        params = with_values(dict(settings.fixed), suggest(trial, space))  # dotted names: a wrapper's inner
+        params = with_point(cls, dict(settings.fixed), suggest(trial, space))  # dotted names: a wrapper's inner
         trial.set_user_attr("worker", f"{worker}:{os.getpid()}")
         try:
             ctrl = cls.build(**params)

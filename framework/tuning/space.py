@@ -3,34 +3,64 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from typing import Any, Optional
 
-from framework.core.params import Param, ParameterError
+from framework.core.params import ControllerSpec, Param, ParameterError, with_value
 from framework.engine.controller import Controller
 
 
 # ---------------------------------------------------------------------- search space
-def inner_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None) -> dict[str, Param]:
-    """A wrapper's (``inner`` + ``inner_params``) inner controller's search space, as dotted names
-    (``inner_params.threshold``), minus the inner parameters ``fixed`` sets; empty for other controllers."""
-    if "inner" not in cls.params or "inner_params" not in cls.params:
-        return {}
+def _registered(name: str) -> Optional[type[Controller]]:
     from framework.engine.controller import CONTROLLERS
 
-    fixed = fixed or {}
-    name = fixed.get("inner", cls.default("inner"))
-    if not isinstance(name, str) or name not in CONTROLLERS or str(name).startswith("tuned:"):
-        return {}  # an unknown inner controller fails with its own message when the wrapper is built
-    held = fixed.get("inner_params") or {}
-    return {f"inner_params.{k}": p for k, p in CONTROLLERS.get(name).search_space().items() if k not in held}
+    if not isinstance(name, str) or name.startswith("tuned:") or name not in CONTROLLERS:
+        return None  # a tuned file's parameters are its own; an unknown name fails when the owner is built
+    return CONTROLLERS.get(name)
 
 
-def tuned_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None) -> dict[str, Param]:
-    """``cls.search_space()`` minus the fixed parameters, with a wrapper's inner space (dotted names);
-    an empty space is an error."""
+def inner_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None) -> dict[str, Param]:
+    """The search spaces of the controllers nested in ``cls`` (its :class:`ControllerSpec`
+    parameters, whatever their names), as dotted names from ``cls``: ``inner.threshold``,
+    ``base.eta``, ``controllers.0.eta``, ``depth.base.eta``; parameters the nested spec (or
+    ``fixed``) already sets are held. Empty for a controller with nothing nested."""
+    out: dict[str, Param] = {}
+    for nested in cls.nested_controllers(fixed or {}):
+        child = _registered(nested.name)
+        if child is not None:
+            own = {k: p for k, p in child.search_space().items() if k not in nested.params}
+            own.update(inner_space(child, nested.params))
+            out.update({f"{nested.path}.{k}": p for k, p in own.items()})
+    return out
+
+
+def with_point(cls: type[Controller], params: dict[str, Any], point: dict[str, Any]) -> dict[str, Any]:
+    """``params`` with every ``name: value`` of ``point`` set; a dotted name reaches into a nested
+    controller (``inner.threshold``, ``controllers.0.eta``) and keeps its stored form, or into a
+    mapping parameter (``inner_params.threshold``)."""
+    for key, value in point.items():
+        params = _with_path(cls, params, key, value)
+    return params
+
+
+def _with_path(cls: Optional[type[Controller]], params: dict, key: str, value: Any) -> dict:
+    head, _, rest = key.partition(".")
+    spec = cls.params.get(head) if cls is not None else None
+    if not rest or not isinstance(spec, ControllerSpec):
+        return with_value(params, key, value)
+    current = params[head] if head in params else cls.default(head)  # type: ignore[union-attr]
+    return spec.with_nested_value(head, current, params, rest, value,
+                                  lambda name, inner, path, v: _with_path(_registered(name), inner, path, v))
+
+
+def tuned_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None,
+                ranges: Optional[dict[str, str]] = None) -> dict[str, Param]:
+    """``cls.search_space()`` minus the fixed parameters, with its nested controllers' spaces (dotted
+    names) and the user ``ranges`` (:func:`with_ranges`); an empty space is an error."""
     space = {k: p for k, p in cls.search_space().items() if k not in (fixed or {})}
     space.update(inner_space(cls, fixed))
+    space = with_ranges(cls, space, ranges)
     if not space:
         declared = ", ".join(cls.search_space()) or "none"
         raise ParameterError(
@@ -38,6 +68,37 @@ def tuned_space(cls: type[Controller], fixed: Optional[dict[str, Any]] = None) -
             f"{declared}; fixed by --set: {', '.join(fixed or {}) or 'none'})"
         )
     return space
+
+
+def with_ranges(cls: type[Controller], space: dict[str, Param], ranges: Optional[dict[str, str]]) -> dict[str, Param]:
+    """``space`` with user ranges (``{"eta": "0.9:0.999"}``, ``adec tune --range``) replacing the
+    declared ones: each end must pass the parameter's own bounds, ints stay ints, a log-scale space
+    stays log. A name outside the space (a dotted one too) fails, listing the tunable names."""
+    out = dict(space)
+    for name, text in (ranges or {}).items():
+        if name not in space:
+            raise ParameterError(f"--range {name}={text}: {name!r} is not tuned for {cls.display_name()}; "
+                                 f"tunable: {', '.join(space) or '(none)'}")
+        spec = space[name]
+        low, sep, high = str(text).partition(":")
+        if not sep or spec.kind not in (int, float) or spec.choices is not None:
+            raise ParameterError(f"--range {name}={text}: expected LOW:HIGH for a numeric parameter "
+                                 f"({name} is {spec.allowed()})")
+        try:
+            lo, hi = spec.check("", name, low.strip()), spec.check("", name, high.strip())
+        except ParameterError:
+            raise ParameterError(f"{cls.display_name()}.{name} range {text} is outside the parameter's bounds "
+                                 f"{_bounds(spec)}") from None
+        if lo >= hi or (spec.log and lo <= 0):
+            raise ParameterError(f"{cls.display_name()}.{name} range {text}: need LOW < HIGH"
+                                 + (" and LOW > 0 (a log-scale range)" if spec.log else ""))
+        out[name] = dataclasses.replace(spec, tune=(lo, hi))
+    return out
+
+
+def _bounds(spec: Param) -> str:
+    text = spec.allowed()
+    return text.split(" in ", 1)[1] if " in " in text else text
 
 
 def is_range(spec: Param) -> bool:

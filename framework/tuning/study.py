@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from framework.core.params import ParameterError, with_values
+from framework.core.params import ParameterError
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import CONTROLLERS
 from framework.engine.controller_io import build_controller
@@ -71,7 +71,7 @@ from framework.tuning.objective import (
     run_worker,
     score_examples,
 )
-from framework.tuning.space import default_point, tuned_space
+from framework.tuning.space import default_point, tuned_space, with_point
 from framework.tuning.storage import redact_url, open_storage, storage_forms
 
 DEFAULT_OUT = Path("runs") / "tune"
@@ -126,6 +126,7 @@ def tune_controller(
     prune_margin: Optional[float] = 0.25,
     prune_fraction: float = 0.25,
     fixed: Optional[dict[str, Any]] = None,
+    ranges: Optional[dict[str, str]] = None,
     decode: Optional[dict[str, Any]] = None,
     seed: int = 0,
     data_seed: int = 0,
@@ -150,18 +151,42 @@ def tune_controller(
         prune_margin: prune a trial whose accuracy on the first ``prune_fraction`` of the
             validation examples is this far below sequential's there (``None`` = never prune).
         fixed: controller parameters held fixed (removed from the space).
+        ranges: ``{name: "LOW:HIGH"}`` replacing declared ranges (dotted names for nested controllers),
+            checked against each parameter's bounds before any work.
         decode: :class:`DecodeConfig` options (default: the task's gen_length / block length).
         seed: sampler seed (decoding uses ``decode['seed']``, default 0).
 
     Returns:
         :class:`TuneResult` with ``path`` the exported YAML (``--controller tuned:PATH``).
     """
-    import optuna
+    _check_arguments(n_trials, workers, n_val, n_test, max_drop, prune_fraction)
+    cls = CONTROLLERS.get(controller)
+    fixed = dict(fixed or {})
+    tuned_space(cls, fixed, ranges)  # fails early on an empty space or a bad --range
+    task_obj, loaded, model_label, config = _load_setup(task, task_params, model, loaded, device, decode)
+    settings = TuneSettings(
+        controller=controller, task=task_obj.name, task_params=task_obj.get_params(),
+        model=model if (model and workers > 1) else loaded, device=device, fixed=fixed,
+        decode=config.get_params(), n_val=n_val, prune_fraction=prune_fraction,
+        prune_margin=prune_margin, batch_size=batch_size, data_seed=data_seed, ranges=dict(ranges or {}),
+    )
+    study_name = _safe_name(study_name or f"{controller}-{task_obj.name}-{Path(str(model_label)).name}")
+    out = Path(out_dir)
+    storage_spec, store, study = _open_study(settings, storage, study_name, out, workers)
+    reference = _ensure_reference(study, settings, cls, loaded, task_obj, config)
+    if verbose:
+        print(f"study {study_name} in {_storage_label(storage_spec)}: {count_done(study)} finished trials, "
+              f"target {n_trials}; reference {REFERENCE} on {n_val} validation examples: accuracy "
+              f"{reference['accuracy']:.3f}, NFE {reference['nfe']:.2f}", file=sys.stderr)
+    ran = _run_workers(settings, storage_spec, store, study_name, n_trials, seed, workers, verbose, loaded,
+                       mp_context)
+    return _choose_and_export(cls, settings, store, study_name, storage_spec, reference, loaded, task_obj,
+                              config, model_label, out, n_test, max_drop, plot, verbose, ran)
 
-    from framework.engine.controller_io import save_controller
-    from framework.engine.evaluate import evaluate
-    from framework.tasks.base import get_task
 
+def _check_arguments(n_trials: int, workers: int, n_val: int, n_test: int, max_drop: float,
+                     prune_fraction: float) -> None:
+    """Fail before any work on a count or fraction out of range."""
     if n_trials < 1 or workers < 1 or n_val < 1 or n_test < 0:
         raise ParameterError(f"need n_trials ≥ 1, workers ≥ 1, n_val ≥ 1, n_test ≥ 0; got "
                              f"{n_trials}, {workers}, {n_val}, {n_test}")
@@ -169,26 +194,31 @@ def tune_controller(
         raise ParameterError(f"--max-drop={max_drop} is out of range; allowed: number in [0, 1]")
     if not 0.0 < prune_fraction <= 1.0:
         raise ParameterError(f"--prune-fraction={prune_fraction} is out of range; allowed: (0, 1]")
-    cls = CONTROLLERS.get(controller)
-    fixed = dict(fixed or {})
-    tuned_space(cls, fixed)  # fails early on an empty space
+
+
+def _load_setup(task: str, task_params: Optional[dict], model: Optional[str], loaded: Optional[LoadedModel],
+                device: str, decode: Optional[dict]) -> tuple[Any, LoadedModel, str, DecodeConfig]:
+    """The task, the model (``tiny-<task>`` by default), its label and the decoding config."""
+    from framework.tasks.base import get_task
+
     task_obj = get_task(task, **(task_params or {}))
     if loaded is None:
         from framework.training.zoo import load_model
 
         model = model or f"tiny-{task_obj.name}"
         loaded = load_model(model, device=device)
-    model_label = model or loaded.name
     dec = {"gen_length": task_obj.gen_length, "block_length": task_obj.default_block_length, **(decode or {})}
-    config = DecodeConfig.build(**dec)
-    settings = TuneSettings(
-        controller=controller, task=task_obj.name, task_params=task_obj.get_params(),
-        model=model if (model and workers > 1) else loaded, device=device, fixed=fixed,
-        decode=config.get_params(), n_val=n_val, prune_fraction=prune_fraction,
-        prune_margin=prune_margin, batch_size=batch_size, data_seed=data_seed,
-    )
-    study_name = _safe_name(study_name or f"{controller}-{task_obj.name}-{Path(str(model_label)).name}")
-    out = Path(out_dir)
+    return task_obj, loaded, model or loaded.name, DecodeConfig.build(**dec)
+
+
+def _storage_label(storage_spec: Any) -> str:
+    return redact_url(str(storage_spec)) if isinstance(storage_spec, str) else "memory"
+
+
+def _open_study(settings: TuneSettings, storage: Any, study_name: str, out: Path, workers: int) -> tuple:
+    """``(storage spec, storage, study)``: the study created or loaded, its setup checked."""
+    import optuna
+
     if workers > 1 and (storage is not None and not isinstance(storage, str)
                         or storage in ("memory", "inmemory", ":memory:")):
         raise ParameterError(
@@ -200,42 +230,45 @@ def tune_controller(
     study = optuna.create_study(study_name=study_name, storage=store, load_if_exists=True,
                                 directions=["maximize", "minimize"])
     _check_setup(study, settings, storage_spec)
+    return storage_spec, store, study
 
-    val = task_obj.examples("validation", n_val, seed=data_seed)
+
+def _ensure_reference(study: Any, settings: TuneSettings, cls: type, loaded: LoadedModel, task_obj: Any,
+                      config: DecodeConfig) -> dict[str, Any]:
+    """Sequential decoding's figures on the validation examples (measured once per study, stored in
+    it), and the controller's default point enqueued as a new study's first trial."""
     reference = study.user_attrs.get("reference")
-    if reference is None:
-        ref_ctrl = build_controller(REFERENCE)
-        c, n = score_examples(loaded, task_obj, ref_ctrl, config, val, batch_size)
-        reference = {**accuracy_cost_figures(c, n, config.gen_length),
-                     "chunk_accuracy": mean(c[: settings.n_chunk]), "controller": REFERENCE}
-        study.set_user_attr("reference", reference)
-        study.set_user_attr("setup", plain_params(settings.setup()))
-        point = default_point(cls, tuned_space(cls, fixed))
-        if point is not None and not study.trials:
-            study.enqueue_trial(point, skip_if_exists=True)
-    if verbose:
-        print(f"study {study_name} in {redact_url(str(storage_spec)) if isinstance(storage_spec, str) else 'memory'}: "
-              f"{count_done(study)} finished trials, target {n_trials}; reference {REFERENCE} on "
-              f"{n_val} validation examples: accuracy {reference['accuracy']:.3f}, NFE {reference['nfe']:.2f}",
-              file=sys.stderr)
+    if reference is not None:
+        return reference
+    val = task_obj.examples("validation", settings.n_val, seed=settings.data_seed)
+    c, n = score_examples(loaded, task_obj, build_controller(REFERENCE), config, val, settings.batch_size)
+    reference = {**accuracy_cost_figures(c, n, config.gen_length),
+                 "chunk_accuracy": mean(c[: settings.n_chunk]), "controller": REFERENCE}
+    study.set_user_attr("reference", reference)
+    study.set_user_attr("setup", plain_params(settings.setup()))
+    point = default_point(cls, tuned_space(cls, settings.fixed, settings.ranges))
+    if point is not None and not study.trials:
+        study.enqueue_trial(point, skip_if_exists=True)
+    return reference
 
-    ran = _run_workers(settings, storage_spec, store, study_name, n_trials, seed, workers, verbose, loaded,
-                       mp_context)
+
+def _choose_and_export(cls: type, settings: TuneSettings, store: Any, study_name: str, storage_spec: Any,
+                       reference: dict, loaded: LoadedModel, task_obj: Any, config: DecodeConfig,
+                       model_label: str, out: Path, n_test: int, max_drop: float, plot: bool, verbose: bool,
+                       ran: int) -> TuneResult:
+    """Choose the trial by the rule, measure it and the reference on the test split, export it."""
+    import optuna
+
     study = optuna.load_study(study_name=study_name, storage=store)
     chosen, met = choose_trial(study.trials, reference["accuracy"], max_drop)
-    params = with_values(dict(fixed), chosen.params)
-    ctrl = cls.build(**params)
-    front = pareto_front(study)
-    test = evaluate(loaded, task_obj, ctrl, config, split="test", n=n_test, batch_size=batch_size,
-                    data_seed=data_seed).row() if n_test else {}
-    ref_test = evaluate(loaded, task_obj, build_controller(REFERENCE), config, split="test", n=n_test,
-                        batch_size=batch_size, data_seed=data_seed).row() if n_test else {}
+    ctrl = cls.build(**with_point(cls, dict(settings.fixed), chosen.params))
+    test, ref_test = _test_figures(loaded, task_obj, ctrl, config, n_test, settings)
     validation = {"accuracy": chosen.values[0], "nfe": chosen.values[1],
-                  "tpf": chosen.user_attrs.get("tpf"), "n": n_val}
-    plot_path = None
-    if plot:
-        plot_path = plot_front(study, chosen, reference, max_drop, out / f"{study_name}_pareto.png",
-                               title=f"{controller} on {task_obj.name} ({model_label})")
+                  "tpf": chosen.user_attrs.get("tpf"), "n": settings.n_val}
+    plot_path = plot_front(study, chosen, reference, max_drop, out / f"{study_name}_pareto.png",
+                           title=f"{settings.controller} on {task_obj.name} ({model_label})") if plot else None
+    from framework.engine.controller_io import save_controller
+
     path = save_controller(ctrl, out / f"{study_name}.yaml", decode_config=config, extra={
         "study": study_name, "storage": redact_url(storage_spec) if isinstance(storage_spec, str) else "object",
         "trial": chosen.number, "task": task_obj.name, "model": str(model_label),
@@ -243,6 +276,7 @@ def tune_controller(
         "met_target": met, "validation": validation, "reference_validation": _pick(reference),
         "test": _pick(test), "reference_test": _pick(ref_test),
     })
+    front = pareto_front(study)
     result = TuneResult(
         study_name=study_name, storage=redact_url(str(storage_spec)) if isinstance(storage_spec, str) else "object",
         path=path, plot=plot_path, trial=chosen.number, params=plain_params(ctrl.get_params()), met_target=met,
@@ -254,6 +288,18 @@ def tune_controller(
     if verbose:
         print(report(result, front, chosen, config.gen_length))
     return result
+
+
+def _test_figures(loaded: LoadedModel, task_obj: Any, ctrl: Any, config: DecodeConfig, n_test: int,
+                  settings: TuneSettings) -> tuple[dict, dict]:
+    """The chosen controller's and the reference's figures on ``n_test`` test examples ({} for 0)."""
+    from framework.engine.evaluate import evaluate
+
+    if not n_test:
+        return {}, {}
+    kw = dict(split="test", n=n_test, batch_size=settings.batch_size, data_seed=settings.data_seed)
+    return (evaluate(loaded, task_obj, ctrl, config, **kw).row(),
+            evaluate(loaded, task_obj, build_controller(REFERENCE), config, **kw).row())
 
 
 def _pick(fig: dict[str, Any]) -> dict[str, Any]:

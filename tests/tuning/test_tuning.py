@@ -107,9 +107,11 @@ def test_a_wrapper_is_tuned_together_with_its_inner_controller(tmp_path):
     from framework.tuning.space import tuned_space
 
     cls = build_controller("verified").__class__
-    assert set(tuned_space(cls)) == {"verify_threshold", "inner_params.threshold"}  # the default inner: fast_dllm
+    assert set(tuned_space(cls)) == {"verify_threshold", "inner.threshold"}  # the default inner: fast_dllm
     held = tuned_space(cls, {"inner": "margin_topk", "inner_params": {"k": 2}})
-    assert "inner_params.eta" in held and "inner_params.k" not in held  # a held inner parameter leaves the space
+    assert "inner.eta" in held and "inner.k" not in held  # a held inner parameter leaves the space
+    spec = tuned_space(cls, {"inner": {"name": "margin_topk", "params": {"adapt": True}}})
+    assert "inner.eta" in spec and "inner.adapt" not in spec  # the spec's own params are held too
     res = tune_controller("verified", loaded=carry_model(), n_trials=4, n_val=16, n_test=16, batch_size=16,
                           out_dir=tmp_path, storage="memory", study_name="w", seed=1, plot=False, verbose=False,
                           fixed={"inner": "fast_dllm", "progress_guard": True}, **TASK)
@@ -118,6 +120,31 @@ def test_a_wrapper_is_tuned_together_with_its_inner_controller(tmp_path):
     tau1 = ctrl.inner_params["threshold"]
     assert tau1 == res.params["inner_params"]["threshold"] and 0.5 <= tau1 <= 0.99  # the inner's own range
     assert ctrl.inner_controller().threshold == tau1  # the exported file rebuilds the tuned inner controller
+
+
+def test_composites_are_tuned_by_dotted_paths_into_their_nested_controllers():
+    import controllers  # noqa: F401
+    from framework.engine.controller import CONTROLLERS
+    from framework.tuning.space import tuned_space, with_point
+
+    ladder = CONTROLLERS.get("confidence_ladder")
+    assert {"high", "base.eta", "base.k", "base.adapt"} <= set(tuned_space(ladder))
+    switch = CONTROLLERS.get("switch")
+    space = tuned_space(switch, {"controllers": ["margin_topk", {"name": "fast_dllm", "params": {"threshold": 0.8}}]})
+    assert "controllers.0.eta" in space and "controllers.1.threshold" not in space
+    params = with_point(switch, {"controllers": ["margin_topk", "fast_dllm"]}, {"controllers.0.eta": 0.95})
+    assert params["controllers"] == [{"name": "margin_topk", "params": {"eta": 0.95}}, "fast_dllm"]
+    assert switch.build(**params).children()["0"].controller.eta == 0.95
+    compose = CONTROLLERS.get("compose")
+    deep = with_point(compose, {}, {"depth.base.eta": 0.8})  # a composite inside a composite
+    assert compose.build(**deep).children()["depth"].controller.children()["base"].controller.eta == 0.8
+    hybrid = with_point(CONTROLLERS.get("hybrid"), {}, {"margin.eta": 0.7})
+    assert hybrid == {"margin": {"eta": 0.7}}
+    verified = CONTROLLERS.get("verified")
+    wrapped = with_point(verified, {"inner_params": {"k": 2}}, {"inner.eta": 0.9})
+    assert wrapped == {"inner_params": {"k": 2, "eta": 0.9}}  # stored where a wrapper keeps it
+    with pytest.raises(ParameterError, match="given both"):
+        verified.build(inner={"name": "margin_topk", "params": {"k": 3}}, inner_params={"k": 2})
 
 
 def test_resume_refuses_a_different_setup(tmp_path):
@@ -235,3 +262,23 @@ def test_cli_help_and_plot(tmp_path, capsys):
     res = tune(tmp_path, "memory", n_trials=2, n_test=0, plot=True, study_name="plot")
     assert res.plot is not None and res.plot.stat().st_size > 1000
     assert res.plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_user_ranges_replace_the_declared_ones_and_are_checked_first(tmp_path):
+    import controllers  # noqa: F401
+    from framework.engine.controller import CONTROLLERS
+    from framework.tuning.space import tuned_space
+
+    margin = CONTROLLERS.get("margin_topk")
+    space = tuned_space(margin, ranges={"eta": "0.9:0.999", "k": "1:4"})
+    assert space["eta"].tune == (0.9, 0.999) and space["k"].tune == (1, 4) and isinstance(space["k"].tune[0], int)
+    with pytest.raises(ParameterError, match=r"margin_topk.eta range 2:3 is outside the parameter's bounds \[0, 1\]"):
+        tuned_space(margin, ranges={"eta": "2:3"})
+    with pytest.raises(ParameterError, match="'nope' is not tuned"):
+        tuned_space(margin, ranges={"nope": "0:1"})
+    nested = tuned_space(CONTROLLERS.get("verified"), ranges={"inner.threshold": "0.8:0.95"})
+    assert nested["inner.threshold"].tune == (0.8, 0.95)
+    with pytest.raises(ParameterError, match="outside the parameter's bounds"):  # before any decoding
+        tune(tmp_path, "memory", ranges={"threshold": "-1:0.5"})
+    res = tune(tmp_path, "memory", n_trials=3, n_test=0, ranges={"threshold": "0.6:0.85"}, study_name="r")
+    assert all(0.6 <= f["params"]["threshold"] <= 0.85 for f in res.front)

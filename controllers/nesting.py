@@ -1,0 +1,138 @@
+"""Controllers built from other controllers, declared with :class:`~framework.core.params.ControllerSpec`.
+
+* :class:`Composite` (``confidence_ladder``, ``switch``, ``hybrid``, ``compose``): every nested
+  controller is a :class:`Child` that keeps its state in ``state.memory`` under the prefix
+  ``"<owner>/<slot>/"`` (e.g. ``hybrid/margin/margin_topk.eta``), so any controller can be a child
+  without knowing it and two children of the same kind never share a key.
+* :class:`Wrapper` (``number_guard``, ``compliance_entropy``, ``verified``): one controller,
+  ``inner``, around which the wrapper post-processes decisions; it shares the wrapper's state.
+
+Both build their nested controllers at validation from the ControllerSpec parameters
+(:meth:`~framework.core.params.Configurable.nested_controllers`), so the same spec forms
+(``NAME``, ``tuned:PATH``, ``{name: NAME, params: {...}}``) and the same dotted tuning names
+(``inner.threshold``, ``base.eta``, ``controllers.0.eta``) work for every one of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import torch
+
+from framework.core.params import ControllerSpec, MappingParam, NestedController, Param, ParameterError
+from framework.core.registry import UnknownNameError
+from framework.engine.controller import Controller, Decision, DecodeState
+from framework.engine.controller_io import build_controller
+from framework.engine.features import StepFeatures
+
+
+def build_nested(owner: str, nested: NestedController) -> Controller:
+    """Build and validate one nested controller; an error names ``owner.slot`` and the child's own."""
+    try:
+        return build_controller(nested.name, **nested.params)
+    except (ParameterError, UnknownNameError, FileNotFoundError) as exc:
+        raise ParameterError(f"{owner}.{nested.slot}: {exc}") from None
+
+
+def wrapped_params(what: str = "the wrapped controller") -> dict[str, Param]:
+    """A wrapper's ``inner`` (a controller spec) and ``inner_params`` (more of its parameters)."""
+    return {
+        "inner": ControllerSpec(params_in="inner_params",
+                                doc=f"{what}: a name, 'tuned:PATH' or {{name: NAME, params: {{...}}}}"),
+        "inner_params": MappingParam(nullable=True, doc=f"parameters of {what}"),
+    }
+
+
+# ---------------------------------------------------------------------- composites
+class Child:
+    """A sub-controller with its own namespace ``prefix`` in ``state.memory``."""
+
+    def __init__(self, controller: Controller, prefix: str) -> None:
+        self.controller = controller
+        self.prefix = prefix
+
+    def _view(self, state: DecodeState) -> DecodeState:
+        n = len(self.prefix)
+        mem = {k[n:]: v for k, v in state.memory.items() if k.startswith(self.prefix)}
+        return dataclasses.replace(state, memory=mem)
+
+    def _merge(self, state: DecodeState, view: DecodeState) -> None:
+        for key, value in view.memory.items():
+            state.memory[self.prefix + key] = value
+
+    def reset(self, state: DecodeState) -> None:
+        view = self._view(state)
+        self.controller.reset(view)
+        self._merge(state, view)
+
+    def decide(self, f: StepFeatures, state: DecodeState, rows: Optional[torch.Tensor] = None) -> Decision:
+        """The child's decision for all rows, or for ``rows`` only (its state advances only there)."""
+        view = self._view(state)
+        if rows is None:
+            d = self.controller.decide(f, view)
+        else:
+            sub = view.rows(rows)
+            d = self.controller.decide(f.rows(rows), sub)
+            view.update_rows(rows, sub)
+        self._merge(state, view)
+        return d
+
+
+class Composite(Controller):
+    """Base of controllers built from sub-controllers: one :class:`Child` per nested controller of
+    its :class:`ControllerSpec` parameters, keyed by slot (``base``, ``0``, ``margin``); a null
+    spec is an empty slot."""
+
+    def check_combination(self) -> None:
+        owner = self.display_name()
+        self._children = {n.slot: Child(build_nested(owner, n), f"{owner}/{n.slot}/")
+                          for n in self.nested_controllers(self.get_params())}
+
+    def children(self) -> dict[str, Child]:
+        if "_children" not in self.__dict__:
+            self.validate()
+        return self._children
+
+    @property
+    def stochastic(self) -> bool:  # type: ignore[override]
+        return any(bool(getattr(c.controller, "stochastic", False)) for c in self.children().values())
+
+    def reset(self, state: DecodeState) -> None:
+        super().reset(state)  # validates, which rebuilds fresh children
+        for child in self._children.values():
+            child.reset(state)
+
+
+# ---------------------------------------------------------------------- wrappers
+class Wrapper(Controller):
+    """A controller around ``inner`` (its ControllerSpec, with ``inner_params`` merged), built at
+    validation; the inner controller shares the wrapper's state."""
+
+    def check_combination(self) -> None:
+        nested = self.nested_controllers(self.get_params())
+        if len(nested) != 1:
+            raise TypeError(f"{type(self).__qualname__}: a Wrapper declares exactly one ControllerSpec parameter "
+                            f"(found {len(nested)}); use wrapped_params()")
+        self._inner = build_nested(self.display_name(), nested[0])
+
+    def inner_controller(self) -> Controller:
+        if "_inner" not in self.__dict__:
+            self.validate()
+        return self._inner
+
+    @property
+    def stochastic(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.inner_controller(), "stochastic", False))
+
+    @property
+    def revocable(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.inner_controller(), "revocable", False))
+
+    @property
+    def verifies(self) -> bool:  # type: ignore[override]
+        return bool(getattr(self.inner_controller(), "verifies", False))
+
+    def reset(self, state: DecodeState) -> None:
+        super().reset(state)
+        self._inner.reset(state)
