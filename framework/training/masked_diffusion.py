@@ -25,7 +25,7 @@ import math
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -35,49 +35,22 @@ import torch.nn.functional as F
 
 #: architecture presets (``--size``); a dict of :class:`TinyConfig` fields is accepted too
 from framework.models.tiny import MODEL_SIZES, TinyConfig, TinyDenoiser
-from framework.tasks.base import Example, Task, get_task
+from framework.tasks.base import Example, Recipe, Task, get_task
+from framework.tasks.base import recipe_for as task_recipe
 from framework.training.data import TaskDataModule
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """A task's default training recipe (every field can be overridden by :func:`train_denoiser`)."""
-
-    size: str = "small"
-    max_minutes: float = 9.0
-    max_steps: int = 3000
-    batch_size: int = 128
-    lr: float = 2e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 200
-    eps: float = 1e-3
-    train_size: Optional[int] = None
-    val_size: int = 256
-    val_every: int = 500
-    n_test: int = 1000
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-#: per-task defaults, tuned so that ``adec train-denoiser --task T`` finishes in about 10 minutes
-#: on 2 CPU cores (see docs for the measured accuracies)
-RECIPES: dict[str, Recipe] = {
-    "addition": Recipe(max_steps=2500),  # val 100 % from ~2000 steps
-    "sorting": Recipe(max_steps=2500),  # val 100 % from ~1500 steps
-    "sudoku": Recipe(max_steps=2000),  # val 100 % from ~500 steps
-    "pairs": Recipe(max_steps=1500),  # val 100 % from ~1000 steps
-    # 163-token canvas, peer-masked attention: ~0.8 s a step on 2 cores at batch 64
-    "sudoku9": Recipe(size="medium", max_minutes=25.0, max_steps=2000, batch_size=64, lr=1e-3,
-                      warmup_steps=100, val_size=128, val_every=500, n_test=300),
-    # 171-token canvas, up to 42 slots: the words of a slot couple only after ~600 steps (loss 0.45 -> 0.2);
-    # measured: 1,001 steps in 32 min on one thread, 100% of 300 test answers one token per step
-    "phrases": Recipe(max_minutes=30.0, max_steps=3000, batch_size=64, val_size=128, val_every=1000, n_test=300),
-}
-
-
 def recipe_for(task_name: str) -> Recipe:
-    return RECIPES.get(task_name, Recipe())
+    """A registered task's default recipe (declared on its class as ``Task.recipe``)."""
+    return task_recipe(task_name)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "RECIPES":  # the per-task defaults, now declared on each task class
+        from framework.tasks.base import TASKS
+
+        return {n: TASKS.get(n).recipe for n in TASKS.names() if TASKS.get(n).recipe is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------- the loss
@@ -173,7 +146,7 @@ class MaskedDiffusionLM(pl.LightningModule):
         self.tiny_config = TinyConfig(
             vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id, max_len=self.task.canvas_length,
-            structure=getattr(self.task, "attention_structure", None), **(model or {}),
+            structure=self.task.attention_structure, **(model or {}),
         )
         self.denoiser = TinyDenoiser(self.tiny_config)
         self._t0: Optional[float] = None
@@ -310,7 +283,7 @@ def train_denoiser(
     Args:
         task: a registered task name or a :class:`Task` instance.
         max_minutes, max_steps: budgets (whichever is spent first ends training); default: the
-            task's :data:`RECIPES` entry.
+            task's declared ``Task.recipe``.
         model_size: ``tiny``, ``small``, ``base`` or a dict of :class:`TinyConfig` fields.
         out_dir: where the model folder goes (``config.json``, ``model.pt``, ``metrics.json``) and
             the Lightning logs and checkpoints (``lightning/``); default a new folder under
