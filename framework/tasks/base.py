@@ -206,6 +206,24 @@ class Task(Configurable):
         """:meth:`score` of generated token ids (decoded up to the first EOS)."""
         return self.score(example, self.tokenizer.decode(generated_ids, stop_at_eos=True))
 
+    def designed_answers(self, example: Example) -> tuple[str, str]:
+        """An output :meth:`score` must give 1.0 and one it must give 0.0 (for the conformance
+        suite, :mod:`framework.testing.task_conformance`). Default: the exact answer, and the answer
+        with its first token replaced by the next vocabulary token of the same kind (digit by digit,
+        word by word, symbol by symbol). A task whose scorer is not exact match overrides it."""
+        tok = self.tokenizer
+        ids = tok.encode(example.answer)
+        if not ids:
+            return example.answer, tok.decode([tok.mask_token_id])
+        kind = _token_kind(tok.vocab[ids[0]])
+        same = [i for i in range(3, tok.vocab_size) if _token_kind(tok.vocab[i]) == kind]
+        ids[0] = same[(same.index(ids[0]) + 1) % len(same)]
+        return example.answer, tok.decode(ids, stop_at_eos=False)
+
+
+def _token_kind(token: str) -> str:
+    return "digit" if token.isdigit() else "word" if token.isalpha() else "symbol"
+
 
 def _norm(text: str) -> str:
     return " ".join(text.split())
