@@ -11,8 +11,10 @@ A task is one class, and everything else reads its declarations from it: its voc
 from __future__ import annotations
 
 import hashlib
+import pkgutil
 import random
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional
 
 from framework.core.params import Configurable, Param
@@ -213,8 +215,8 @@ class Task(Configurable):
         word by word, symbol by symbol). A task whose scorer is not exact match overrides it."""
         tok = self.tokenizer
         ids = tok.encode(example.answer)
-        if not ids:
-            return example.answer, tok.decode([tok.mask_token_id])
+        if self.vocabulary is None or not ids:  # a tokenizer of its own: the answer twice is not the answer
+            return example.answer, f"{example.answer} {example.answer}" if example.answer else "0"
         kind = _token_kind(tok.vocab[ids[0]])
         same = [i for i in range(3, tok.vocab_size) if _token_kind(tok.vocab[i]) == kind]
         ids[0] = same[(same.index(ids[0]) + 1) % len(same)]
@@ -229,8 +231,17 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
-#: the modules whose decorators register the built-in tasks (imported on first lookup)
-BUILTIN_TASK_MODULES = tuple(f"framework.tasks.{m}" for m in ("arithmetic", "sorting", "sudoku", "sudoku9", "pairs", "text"))
+def _task_modules() -> tuple[str, ...]:
+    """Every module of ``framework.tasks`` but this one, so a new task file registers itself
+    without being listed anywhere."""
+    folder = Path(__file__).resolve().parent
+    return tuple(f"framework.tasks.{m.name}" for m in sorted(pkgutil.iter_modules([str(folder)]), key=lambda m: m.name)
+                 if not m.name.startswith("_") and m.name != "base")
+
+
+#: the modules whose decorators register the built-in tasks (imported on first lookup): every
+#: module of the package
+BUILTIN_TASK_MODULES = _task_modules()
 
 TASKS: Registry[Task] = Registry("task", base=Task, entry_point_group="adaptive_decoding.tasks",
                                  builtin_modules=BUILTIN_TASK_MODULES)

@@ -136,3 +136,20 @@ def test_the_public_load_model_still_resolves():
     import framework
 
     assert framework.load_model is zoo.load_model
+
+
+def test_a_subclass_task_does_not_inherit_the_built_in_model():
+    from framework.tasks.arithmetic import AdditionTask
+    from framework.tasks.base import TASKS
+    from framework.training.masked_diffusion import RECIPES, recipe_for
+
+    class WideAddition(AdditionTask):
+        """Addition registered again under another name."""
+
+    TASKS.add("wide_addition", WideAddition)
+    try:
+        assert [m for m in zoo.MODELS.names() if zoo.MODELS.get(m).task == "wide_addition"] == []
+        assert recipe_for("wide_addition") == recipe_for("addition")  # the recipe is inherited
+        assert RECIPES["sudoku9"].size == "medium" and "text" not in RECIPES
+    finally:
+        TASKS._table.pop("wide_addition", None)
