@@ -325,11 +325,7 @@ def load_hub_model(
         device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)
     own = own_architecture(config)
-    if query_chunk is not None and (not own or int(query_chunk) < 1):
-        raise HubModelError(
-            f"query_chunk={query_chunk} (--query-chunk): allowed is an integer ≥ 1, and only for the framework's own "
-            f"LLaDA and Dream implementations" + ("" if own else f"; {str(path)!r} is a {kind} checkpoint run by "
-                                                   f"its own modeling code"))
+    _check_query_chunk(query_chunk, own, path, kind)
     model_cls = None if own else _model_class(cls, config, trust_remote_code)  # refused here, before any read
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code)
@@ -343,16 +339,27 @@ def load_hub_model(
         model = model_cls.from_pretrained(path, local_files_only=True, trust_remote_code=trust_remote_code, **extra)
         denoiser = cls.from_model(model.to(device), tokenizer)
     tok = HFTokenizer(
-        tokenizer,
-        mask_token_id=denoiser.mask_token_id,
-        eos_token_id=denoiser.eos_token_id,
-        pad_token_id=denoiser.pad_token_id,
-        vocab_size=denoiser.vocab_size,
-        eos_token_ids=getattr(denoiser, "eos_token_ids", ()),
-        chat=chat,
+        tokenizer, mask_token_id=denoiser.mask_token_id, eos_token_id=denoiser.eos_token_id,
+        pad_token_id=denoiser.pad_token_id, vocab_size=denoiser.vocab_size,
+        eos_token_ids=getattr(denoiser, "eos_token_ids", ()), chat=chat,
     )
     tok.add_special_tokens = not tok.chat  # the template already holds its special tokens
-    info = {
+    info = _hub_info(kind, path, config, model, denoiser, tok, torch_dtype, device, own, query_chunk)
+    return LoadedModel(denoiser=denoiser, tokenizer=tok, name=name_or_path, task=None, info=info)
+
+
+def _check_query_chunk(query_chunk: Optional[int], own: bool, path: Path, kind: str) -> None:
+    if query_chunk is not None and (not own or int(query_chunk) < 1):
+        raise HubModelError(
+            f"query_chunk={query_chunk} (--query-chunk): allowed is an integer ≥ 1, and only for the framework's own "
+            f"LLaDA and Dream implementations" + ("" if own else f"; {str(path)!r} is a {kind} checkpoint run by "
+                                                   f"its own modeling code"))
+
+
+def _hub_info(kind: str, path: Path, config: dict, model: Any, denoiser: Any, tok: HFTokenizer, torch_dtype: Any,
+              device: Any, own: bool, query_chunk: Optional[int]) -> dict[str, Any]:
+    """``LoadedModel.info`` of a hub model: adapter, path, class, special ids, dtype and device."""
+    return {
         "kind": kind,
         "path": str(path),
         "class": type(model).__name__,
@@ -366,5 +373,4 @@ def load_hub_model(
         "own_architecture": own,
         "query_chunk": query_chunk,
     }
-    return LoadedModel(denoiser=denoiser, tokenizer=tok, name=name_or_path, task=None, info=info)
 

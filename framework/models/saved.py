@@ -1,4 +1,9 @@
 """The saved tiny-denoiser folder format (``config.json`` + ``model.pt``) and the model cache folder.
+
+A folder stores the vocabulary its model was trained with (``config.json``'s ``vocab``) and is loaded
+with a tokenizer of that vocabulary, so a task added later, or a word added to a task, never
+invalidates it; a folder written before vocabularies were stored is read with
+:data:`framework.tasks.vocab.LEGACY_VOCAB`.
 """
 
 from __future__ import annotations
@@ -37,14 +42,13 @@ def model_dir(name: str) -> Path:
 # ---------------------------------------------------------------------- save / load one folder
 def save_pretrained(folder: "str | os.PathLike", denoiser: TinyDenoiser, *, task: Any, recipe: dict,
                     metrics: dict) -> Path:
-    """Write ``config.json``, ``model.pt`` and ``metrics.json`` of a trained tiny denoiser."""
-    from framework.tasks.vocab import get_tokenizer
-
+    """Write ``config.json``, ``model.pt`` and ``metrics.json`` of a trained tiny denoiser (with the
+    vocabulary of ``task.tokenizer``)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     config = {
         "format": FORMAT, "format_version": FORMAT_VERSION, "model": denoiser.config.to_dict(),
-        "task": task.name, "task_params": task.get_params(), "vocab": list(get_tokenizer().vocab),
+        "task": task.name, "task_params": task.get_params(), "vocab": list(task.tokenizer.vocab),
         "recipe": recipe,
     }
     state = {k: v.detach().cpu() for k, v in denoiser.state_dict().items()}
@@ -55,6 +59,7 @@ def save_pretrained(folder: "str | os.PathLike", denoiser: TinyDenoiser, *, task
 
 
 def read_json(path: Path) -> dict:
+    """The JSON object in ``path``; a missing, unreadable or non-object file raises :class:`CheckpointError` naming it."""
     if not path.is_file():
         raise CheckpointError(f"{path}: file not found")
     try:
@@ -76,8 +81,6 @@ def is_saved_model(folder: "str | os.PathLike") -> bool:
 
 def load_pretrained(folder: "str | os.PathLike", device: str = "cpu", name: Optional[str] = None) -> LoadedModel:
     """Load a folder written by :func:`save_pretrained` (torch and json only)."""
-    from framework.tasks.vocab import get_tokenizer
-
     folder = Path(folder)
     cfg_path, w_path = folder / CONFIG_FILE, folder / WEIGHTS_FILE
     cfg = read_json(cfg_path)
@@ -86,10 +89,36 @@ def load_pretrained(folder: "str | os.PathLike", device: str = "cpu", name: Opti
     if int(cfg.get("format_version", 0)) > FORMAT_VERSION:
         raise CheckpointError(f"{cfg_path}: format_version {cfg.get('format_version')} is newer than "
                               f"this code understands ({FORMAT_VERSION}); upgrade adaptive-decoding")
-    tok = get_tokenizer()
-    if cfg.get("vocab") is not None and list(cfg["vocab"]) != list(tok.vocab):
-        raise CheckpointError(f"{cfg_path}: vocabulary differs from the current TaskTokenizer "
-                              f"({len(cfg['vocab'])} vs {tok.vocab_size} tokens); retrain the model")
+    tok = saved_tokenizer(cfg, cfg_path)
+    denoiser = _read_weights(cfg, cfg_path, w_path)
+    if denoiser.config.vocab_size != tok.vocab_size:
+        raise CheckpointError(f"{cfg_path}: its vocabulary has {tok.vocab_size} tokens but its model "
+                              f"{denoiser.config.vocab_size}")
+    denoiser.to(device).eval()
+    metrics: dict = {}
+    with contextlib.suppress(CheckpointError):
+        metrics = read_json(folder / METRICS_FILE)
+    return LoadedModel(
+        denoiser=denoiser, tokenizer=tok, name=name or str(folder), task=cfg.get("task"),
+        info={"path": str(folder), "format": FORMAT, "task_params": cfg.get("task_params", {}),
+              "recipe": cfg.get("recipe", {}), "metrics": metrics},
+    )
+
+
+def saved_tokenizer(cfg: dict, cfg_path: Path) -> Any:
+    """The tokenizer of the vocabulary stored in a saved ``config.json`` (``vocab``); a folder
+    without one was trained with :data:`~framework.tasks.vocab.LEGACY_VOCAB`."""
+    from framework.tasks.vocab import LEGACY_VOCAB, tokenizer_for
+
+    vocab = cfg.get("vocab")
+    try:
+        return tokenizer_for(LEGACY_VOCAB if vocab is None else tuple(vocab))
+    except (TypeError, ValueError) as exc:
+        raise CheckpointError(f"{cfg_path}: bad 'vocab' ({exc})") from None
+
+
+def _read_weights(cfg: dict, cfg_path: Path, w_path: Path) -> TinyDenoiser:
+    """The :class:`TinyDenoiser` of ``cfg['model']`` with the state dict in ``w_path``."""
     try:
         config = TinyConfig(**cfg["model"])
     except (KeyError, TypeError) as exc:
@@ -105,20 +134,12 @@ def load_pretrained(folder: "str | os.PathLike", device: str = "cpu", name: Opti
         denoiser.load_state_dict(state)
     except (RuntimeError, TypeError, AttributeError) as exc:
         raise CheckpointError(f"{w_path}: does not match {cfg_path} ({str(exc).splitlines()[0]})") from None
-    denoiser.to(device).eval()
-    metrics: dict = {}
-    with contextlib.suppress(CheckpointError):
-        metrics = read_json(folder / METRICS_FILE)
-    return LoadedModel(
-        denoiser=denoiser, tokenizer=tok, name=name or str(folder), task=cfg.get("task"),
-        info={"path": str(folder), "format": FORMAT, "task_params": cfg.get("task_params", {}),
-              "recipe": cfg.get("recipe", {}), "metrics": metrics},
-    )
+    return denoiser
 
 
-# ---------------------------------------------------------------------- load by name or path
+# ---------------------------------------------------------------------- helpers of the loaders
 @contextlib.contextmanager
-def folder_lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
     """An exclusive file lock (so two processes do not train the same built-in model at once)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a") as fh:
@@ -132,4 +153,7 @@ def folder_lock(path: Path) -> Iterator[None]:
 
 
 def looks_like_path(text: str) -> bool:
+    """Whether a model name is written as a path (has a separator, or starts with ``.`` or ``~``)."""
     return os.sep in text or text.startswith((".", "~")) or (os.altsep is not None and os.altsep in text)
+
+

@@ -84,6 +84,27 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
         """Logits ``[B, L, V]`` of every position (``attention_mask`` 1 = real token, 0 = padding)."""
         return self.full_logits(input_ids, attention_mask)
 
+    def _attention_mask(self, b: int, position_ids: torch.Tensor, key_mask: Optional[torch.Tensor],
+                        cache: Optional[KVCache], e: int) -> Optional[torch.Tensor]:
+        """The boolean attention mask ``[B, 1, T, S]`` (or ``None``: attend everywhere): ``key_mask``
+        (``[B, S]``, or ``[B, T, S]`` per query for the shadow block) and the structured attention
+        of the canvas positions of query and key, when the model has one."""
+        t = position_ids.shape[1]
+        mask = None
+        if key_mask is not None:
+            km = key_mask.bool()
+            km = km | ~km.any(-1, keepdim=True)  # a query with no real key stays finite
+            mask = km[:, None, None, :] if km.dim() == 2 else km[:, None]
+        if self.allowed is not None:  # structured attention, by canvas position of query and key
+            n_keys = cache.length if cache is not None else t
+            key_pos = (torch.arange(n_keys, device=position_ids.device).expand(b, n_keys) if cache is not None
+                       else position_ids)
+            if e:
+                key_pos = torch.cat([key_pos, position_ids[:, t - e:]], dim=1)
+            allowed = self.allowed[position_ids[:, :, None], key_pos[:, None, :]][:, None]  # [B, 1, T, S]
+            mask = allowed if mask is None else mask & allowed
+        return mask
+
     def core(self, input_ids: torch.Tensor, *, position_ids: Optional[torch.Tensor] = None,
              key_mask: Optional[torch.Tensor] = None, cache: Optional[KVCache] = None,
              write_positions: Optional[torch.Tensor] = None, write_valid: Optional[torch.Tensor] = None,
@@ -107,20 +128,8 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
                 f"sequence of {int(position_ids.max()) + 1} tokens is longer than the model's context "
                 f"max_len={self.config.max_len}"
             )
-        mask = None
-        if key_mask is not None:  # [B, S], or [B, T, S] per query (the shadow block)
-            km = key_mask.bool()
-            km = km | ~km.any(-1, keepdim=True)  # a query with no real key stays finite
-            mask = km[:, None, None, :] if km.dim() == 2 else km[:, None]
         e = check_ephemeral(ephemeral, cache, write_valid, t)
-        if self.allowed is not None:  # structured attention, by canvas position of query and key
-            n_keys = cache.length if cache is not None else t
-            key_pos = (torch.arange(n_keys, device=input_ids.device).expand(b, n_keys) if cache is not None
-                       else position_ids)
-            if e:
-                key_pos = torch.cat([key_pos, position_ids[:, t - e:]], dim=1)
-            allowed = self.allowed[position_ids[:, :, None], key_pos[:, None, :]][:, None]  # [B, 1, T, S]
-            mask = allowed if mask is None else mask & allowed
+        mask = self._attention_mask(b, position_ids, key_mask, cache, e)
         write_rows = None
         if cache is not None and write_valid is not None:
             write_rows = write_valid.bool().nonzero(as_tuple=True)

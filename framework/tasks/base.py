@@ -1,21 +1,53 @@
 """The task contract (:class:`Task`, :class:`Example`), seeded disjoint splits and the ``TASKS``
 registry.
+
+A task is one class, and everything else reads its declarations from it: its vocabulary
+(:attr:`Task.vocabulary`), the recipe of the tiny denoiser trained on it (:attr:`Task.recipe`, a
+:class:`Recipe`), the built-in model of that name (:attr:`Task.model_name`, listed in
+``framework.models.zoo.MODELS``) and the attention structure such a denoiser may use
+(:attr:`Task.attention_structure`). Registering it (``@TASKS.register("name")``) is the only other step.
 """
 
 from __future__ import annotations
 
 import hashlib
+import pkgutil
 import random
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional
 
 from framework.core.params import Configurable, Param
 from framework.core.registry import Registry
-from framework.tasks.vocab import TaskTokenizer, get_tokenizer
+from framework.tasks.vocab import TaskTokenizer, tokenizer_for
 
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
 #: cumulative bucket bounds (out of 1000) of the train / validation / test splits
 _SPLIT_BOUNDS = {"train": (0, 800), "validation": (800, 900), "test": (900, 1000)}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How the tiny denoiser of a task is trained by default (every field can be overridden by
+    ``framework.training.masked_diffusion.train_denoiser``): architecture preset ``size``, the step
+    and wall-time budgets, AdamW's ``lr`` / ``weight_decay`` / ``warmup_steps``, the smallest masking
+    probability ``eps``, the data sizes and how many test problems measure the saved model."""
+
+    size: str = "small"
+    max_minutes: float = 9.0
+    max_steps: int = 3000
+    batch_size: int = 128
+    lr: float = 2e-3
+    weight_decay: float = 0.01
+    warmup_steps: int = 200
+    eps: float = 1e-3
+    train_size: Optional[int] = None
+    val_size: int = 256
+    val_every: int = 500
+    n_test: int = 1000
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -38,6 +70,16 @@ class Task(Configurable):
     params: ClassVar[dict[str, Param]] = {}
     #: what :meth:`score` measures, one line for ``adec list tasks``
     metric: ClassVar[str] = "exact match"
+    #: every token string, index = id (specials first, see :func:`framework.tasks.vocab.make_vocabulary`);
+    #: ``None`` for a task that overrides :attr:`tokenizer` (its own tokenizer, or the model's)
+    vocabulary: ClassVar[Optional[tuple[str, ...]]] = None
+    #: the default training recipe of its tiny denoiser; ``None``: :class:`Recipe` defaults
+    recipe: ClassVar[Optional[Recipe]] = None
+    #: the built-in model trained on this task's defaults (``tiny-addition``), ``None`` for none;
+    #: read from the class that declares it (a subclass does not inherit it)
+    model_name: ClassVar[Optional[str]] = None
+    #: one line for ``adec list models``
+    model_description: ClassVar[str] = ""
 
     # ------------------------------------------------------------------ to implement
     def _sample(self, rng: random.Random) -> tuple[str, str, dict]:  # pragma: no cover
@@ -70,8 +112,23 @@ class Task(Configurable):
         return self.max_prompt_length + self.gen_length
 
     @property
+    def attention_structure(self) -> Optional[dict]:
+        """Where the cells of a structured canvas lie, for a denoiser whose attention follows it
+        (:mod:`framework.models.structure`); ``None`` (default): full bidirectional attention."""
+        return None
+
+    @property
     def tokenizer(self) -> TaskTokenizer:
-        return get_tokenizer()
+        """The tokenizer of :attr:`vocabulary` (shared by every task declaring the same one)."""
+        if self.vocabulary is None:
+            raise NotImplementedError(f"task {self.name!r} declares no vocabulary; declare "
+                                      f"`vocabulary = make_vocabulary(words=...)` or override `tokenizer`")
+        return tokenizer_for(self.vocabulary)
+
+    @classmethod
+    def training_recipe(cls) -> Recipe:
+        """:attr:`recipe`, or the :class:`Recipe` defaults when the task declares none."""
+        return cls.recipe if cls.recipe is not None else Recipe()
 
     def describe(self) -> str:
         return (type(self).__doc__ or "").strip().splitlines()[0]
@@ -151,13 +208,40 @@ class Task(Configurable):
         """:meth:`score` of generated token ids (decoded up to the first EOS)."""
         return self.score(example, self.tokenizer.decode(generated_ids, stop_at_eos=True))
 
+    def designed_answers(self, example: Example) -> tuple[str, str]:
+        """An output :meth:`score` must give 1.0 and one it must give 0.0 (for the conformance
+        suite, :mod:`framework.testing.task_conformance`). Default: the exact answer, and the answer
+        with its first token replaced by the next vocabulary token of the same kind (digit by digit,
+        word by word, symbol by symbol). A task whose scorer is not exact match overrides it."""
+        tok = self.tokenizer
+        ids = tok.encode(example.answer)
+        if self.vocabulary is None or not ids:  # a tokenizer of its own: the answer twice is not the answer
+            return example.answer, f"{example.answer} {example.answer}" if example.answer else "0"
+        kind = _token_kind(tok.vocab[ids[0]])
+        same = [i for i in range(3, tok.vocab_size) if _token_kind(tok.vocab[i]) == kind]
+        ids[0] = same[(same.index(ids[0]) + 1) % len(same)]
+        return example.answer, tok.decode(ids, stop_at_eos=False)
+
+
+def _token_kind(token: str) -> str:
+    return "digit" if token.isdigit() else "word" if token.isalpha() else "symbol"
+
 
 def fold_whitespace(text: str) -> str:
     return " ".join(text.split())
 
 
-#: the modules whose decorators register the built-in tasks (imported on first lookup)
-BUILTIN_TASK_MODULES = tuple(f"framework.tasks.{m}" for m in ("arithmetic", "sorting", "sudoku", "sudoku9", "pairs", "text"))
+def _task_modules() -> tuple[str, ...]:
+    """Every module of ``framework.tasks`` but this one, so a new task file registers itself
+    without being listed anywhere."""
+    folder = Path(__file__).resolve().parent
+    return tuple(f"framework.tasks.{m.name}" for m in sorted(pkgutil.iter_modules([str(folder)]), key=lambda m: m.name)
+                 if not m.name.startswith("_") and m.name != "base")
+
+
+#: the modules whose decorators register the built-in tasks (imported on first lookup): every
+#: module of the package
+BUILTIN_TASK_MODULES = _task_modules()
 
 TASKS: Registry[Task] = Registry("task", base=Task, entry_point_group="adaptive_decoding.tasks",
                                  builtin_modules=BUILTIN_TASK_MODULES)
@@ -166,3 +250,23 @@ TASKS: Registry[Task] = Registry("task", base=Task, entry_point_group="adaptive_
 def get_task(name: str, **params: Any) -> Task:
     """A validated task instance by registered name (unknown names list the known ones)."""
     return TASKS.get(name).build(**params)  # type: ignore[return-value]
+
+
+def recipe_for(task_name: str) -> Recipe:
+    """The default training recipe of a registered task (:meth:`Task.training_recipe`); an unknown
+    name gets the :class:`Recipe` defaults."""
+    if task_name not in TASKS:
+        return Recipe()
+    return TASKS.get(task_name).training_recipe()
+
+
+def builtin_models() -> list[tuple[str, str, str]]:
+    """``(model name, task name, description)`` of every registered task that declares a
+    :attr:`Task.model_name` on its own class."""
+    out = []
+    for name in TASKS.names():
+        cls = TASKS.get(name)
+        model = vars(cls).get("model_name")
+        if model:
+            out.append((model, name, vars(cls).get("model_description", "")))
+    return out

@@ -23,8 +23,9 @@ import random
 from typing import Optional
 
 from framework.core.params import Param, ParameterError
-from framework.tasks.base import TASKS, Example, Task, fold_whitespace
+from framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
 from framework.tasks.sudoku9_solver import CELLS, GRADES, carve, grade, is_valid_solution, random_grid
+from framework.tasks.vocab import VOCAB
 
 #: givens of the training puzzles (uniform), wide enough to cover every test variant
 TRAIN_GIVENS: tuple[int, int] = (17, 50)
@@ -36,6 +37,12 @@ class Sudoku9Task(Task):
     """9×9 Sudoku (unique solutions, graded by difficulty, or open puzzles scored by validity)."""
 
     metric = "valid completion"
+    vocabulary = VOCAB
+    # 163-token canvas, peer-masked attention: ~0.8 s a step on 2 cores at batch 64
+    recipe = Recipe(size="medium", max_minutes=25.0, max_steps=2000, batch_size=64, lr=1e-3,
+                    warmup_steps=100, val_size=128, val_every=500, n_test=300)
+    model_name = "tiny-sudoku9"
+    model_description = "9x9 Sudoku, Transformer with row/column/box attention"
     params = {
         "min_givens": Param(int, low=17, high=80, doc="fewest givens of a test puzzle"),
         "max_givens": Param(int, low=17, high=80, doc="most givens (a unique puzzle may keep more when no "
@@ -68,7 +75,7 @@ class Sudoku9Task(Task):
         return CELLS + 1  # the cells and '='
 
     @property
-    def attention_structure(self) -> dict:
+    def attention_structure(self) -> Optional[dict]:
         """Where the cells lie on the canvas, for a denoiser whose attention is restricted to a
         cell's row, column and box (:mod:`framework.models.structure`)."""
         return {"kind": "sudoku", "size": 9, "offsets": [0, CELLS + 1]}

@@ -252,6 +252,11 @@ class TextTask(Task):
     def split_of(self, prompt: str) -> str:  # pragma: no cover - splits are by paragraph
         raise NotImplementedError("text splits are by paragraph (split_of_paragraph)")
 
+    def designed_answers(self, example: Example) -> tuple[str, str]:
+        """Four distinct words (no repeated bigram: 1.0) and a single word (0.0): the scorer
+        measures repetition, not the reference continuation."""
+        return "the model reads text", "text"
+
     def score(self, example: Example, output_text: str) -> float:
         """``1 − r₂`` of the continuation's words; an output of fewer than 2 words scores 0."""
         toks = words(output_text)

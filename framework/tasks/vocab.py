@@ -1,6 +1,9 @@
-"""The shared vocabulary of the built-in tasks (addition, sorting, sudoku, pairs).
+"""Word-and-character vocabularies of the tasks, and their tokenizer.
 
-One small vocabulary serves every task, so every tiny denoiser has the same ids:
+A task declares its vocabulary on its class (``Task.vocabulary``); a saved model stores the
+vocabulary it was trained with, so a new task or a new word never changes the ids of another model.
+The built-in tasks (addition, sorting, sudoku, pairs) share :data:`VOCAB` (``task-vocab-v1``), which
+is also the vocabulary of a saved folder that predates stored vocabularies (:data:`LEGACY_VOCAB`):
 
 * specials ``[PAD]`` (0), ``[MASK]`` (1), ``[EOS]`` (2);
 * digits ``0``–``9`` and the symbols ``+ = , : | . - > ? ( )``, one token per character;
@@ -19,7 +22,8 @@ Text conventions (:meth:`TaskTokenizer.encode` / :meth:`TaskTokenizer.decode`):
 
 from __future__ import annotations
 
-from typing import Iterable, Optional, Sequence
+import hashlib
+from typing import Iterable, Sequence
 
 import torch
 
@@ -40,10 +44,43 @@ WORDS: tuple[str, ...] = (
 )
 
 VOCAB: tuple[str, ...] = SPECIALS + DIGITS + SYMBOLS + WORDS
+#: the vocabulary a saved folder without a ``vocab`` entry was trained with (frozen: never edit)
+LEGACY_VOCAB: tuple[str, ...] = VOCAB
+
+
+def make_vocabulary(words: Sequence[str] = (), symbols: Sequence[str] = SYMBOLS) -> tuple[str, ...]:
+    """A task vocabulary: the specials (ids 0, 1, 2), the digits, ``symbols`` (one character each)
+    and ``words`` (runs of ASCII letters). Fails on a duplicate or a malformed token."""
+    vocab = SPECIALS + DIGITS + tuple(symbols) + tuple(words)
+    check_vocabulary(vocab)
+    return vocab
+
+
+def check_vocabulary(vocab: Sequence[str]) -> None:
+    """Raise ``ValueError`` unless ``vocab`` starts with the specials and every other token is one
+    non-letter character (not ``_``, ``[``, ``]`` or whitespace) or a run of ASCII letters, each once."""
+    if tuple(vocab[:3]) != SPECIALS:
+        raise ValueError(f"a vocabulary must start with {', '.join(SPECIALS)}; got {list(vocab[:3])}")
+    seen: set[str] = set()
+    for tok in vocab[3:]:
+        if not isinstance(tok, str) or not tok:
+            raise ValueError(f"vocabulary token {tok!r} must be a non-empty string")
+        word = tok.isascii() and tok.isalpha()
+        char = len(tok) == 1 and not tok.isalpha() and not tok.isspace() and tok not in "_[]"
+        if not (word or char):
+            raise ValueError(f"vocabulary token {tok!r} is neither a word of ASCII letters nor one "
+                             f"character other than a letter, whitespace, '_', '[' or ']'")
+        if tok in seen:
+            raise ValueError(f"vocabulary token {tok!r} appears twice")
+        seen.add(tok)
 
 
 class TaskTokenizer:
-    """Tokenizer of the built-in tasks (follows :class:`framework.models.protocol.Tokenizer`).
+    """Tokenizer of a task vocabulary (follows :class:`framework.models.protocol.Tokenizer`).
+
+    Args:
+        vocab: every token string, index = id (default :data:`VOCAB`, the built-in tasks' one);
+            checked by :func:`check_vocabulary`.
 
     Attributes:
         vocab: every token string, index = id.
@@ -53,13 +90,18 @@ class TaskTokenizer:
 
     name = "task-vocab-v1"
 
-    def __init__(self) -> None:
-        self.vocab: tuple[str, ...] = VOCAB
-        self._ids = {tok: i for i, tok in enumerate(VOCAB)}
+    def __init__(self, vocab: Sequence[str] = VOCAB) -> None:
+        check_vocabulary(vocab)
+        self.vocab: tuple[str, ...] = tuple(vocab)
+        self._ids = {tok: i for i, tok in enumerate(self.vocab)}
+        self.words: tuple[str, ...] = tuple(t for t in self.vocab[3:] if t.isalpha())
+        self.symbols: str = "".join(t for t in self.vocab[3:] if not t.isalpha() and not t.isdigit())
         self.pad_token_id: int = self._ids["[PAD]"]
         self.mask_token_id: int = self._ids["[MASK]"]
         self.eos_token_id: int = self._ids["[EOS]"]
-        self.vocab_size: int = len(VOCAB)
+        self.vocab_size: int = len(self.vocab)
+        if self.vocab != VOCAB:
+            self.name = f"task-vocab-{len(self.vocab)}-{_digest(self.vocab)}"
 
     # ------------------------------------------------------------------ text -> ids
     def encode(self, text: str) -> list[int]:
@@ -92,7 +134,7 @@ class TaskTokenizer:
                 word = text[i:j]
                 if word not in self._ids:
                     raise ValueError(
-                        f"unknown word {word!r} at position {i} of {text!r}; known words: {', '.join(WORDS)}"
+                        f"unknown word {word!r} at position {i} of {text!r}; known words: {', '.join(self.words)}"
                     )
                 ids.append(self._ids[word])
                 i = j
@@ -102,7 +144,7 @@ class TaskTokenizer:
             else:
                 raise ValueError(
                     f"unknown character {ch!r} at position {i} of {text!r}; allowed: digits, "
-                    f"the symbols {''.join(SYMBOLS)}, '_' (mask), whitespace and the words {', '.join(WORDS)}"
+                    f"the symbols {self.symbols}, '_' (mask), whitespace and the words {', '.join(self.words)}"
                 )
         return ids
 
@@ -137,12 +179,21 @@ class TaskTokenizer:
         return f"TaskTokenizer(vocab_size={self.vocab_size})"
 
 
-_SHARED: Optional[TaskTokenizer] = None
+def _digest(vocab: Sequence[str]) -> str:
+    return hashlib.sha256("\x00".join(vocab).encode()).hexdigest()[:8]
+
+
+_TOKENIZERS: dict[tuple[str, ...], TaskTokenizer] = {}
+
+
+def tokenizer_for(vocab: Sequence[str]) -> TaskTokenizer:
+    """The one :class:`TaskTokenizer` of ``vocab`` (memoised, so a task and a model trained on it share it)."""
+    key = tuple(vocab)
+    if key not in _TOKENIZERS:
+        _TOKENIZERS[key] = TaskTokenizer(key)
+    return _TOKENIZERS[key]
 
 
 def get_tokenizer() -> TaskTokenizer:
-    """The shared :class:`TaskTokenizer` instance."""
-    global _SHARED
-    if _SHARED is None:
-        _SHARED = TaskTokenizer()
-    return _SHARED
+    """The :class:`TaskTokenizer` of :data:`VOCAB`, the built-in tasks' shared vocabulary."""
+    return tokenizer_for(VOCAB)

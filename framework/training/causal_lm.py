@@ -328,7 +328,7 @@ _CACHE: dict[tuple[str, str], CausalLM] = {}
 
 def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True, progress: bool = True) -> CausalLM:
     """The cached verifier LM of a built-in task (trained on first use, then reused; per process too)."""
-    from framework.models.saved import CheckpointError, folder_lock
+    from framework.models.saved import CheckpointError, file_lock
 
     key = (task, str(device))
     if key in _CACHE:
@@ -339,7 +339,7 @@ def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True
             raise CheckpointError(f"{folder / 'config.json'}: file not found (the causal LM of task {task!r} is "
                                   f"not trained yet; call framework.training.causal_lm.train_causal_lm({task!r}) or allow "
                                   f"train_if_missing)")
-        with folder_lock(folder.parent / f".causal-{task}.lock"):
+        with file_lock(folder.parent / f".causal-{task}.lock"):
             if not (folder / "config.json").exists():
                 print(f"adec: training the causal LM verifier for task {task!r} (about "
                       f"{RECIPE['max_minutes']:g} min on CPU) into {folder}", file=sys.stderr, flush=True)

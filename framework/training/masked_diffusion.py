@@ -25,7 +25,7 @@ import math
 import os
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
@@ -35,49 +35,16 @@ import torch.nn.functional as F
 
 #: architecture presets (``--size``); a dict of :class:`TinyConfig` fields is accepted too
 from framework.models.tiny import MODEL_SIZES, TinyConfig, TinyDenoiser
-from framework.tasks.base import Example, Task, get_task
+from framework.tasks.base import Example, Recipe, Task, get_task, recipe_for  # noqa: F401 - Recipe, recipe_for re-exported
 from framework.training.data import TaskDataModule
 
 
-@dataclass(frozen=True)
-class Recipe:
-    """A task's default training recipe (every field can be overridden by :func:`train_denoiser`)."""
+def __getattr__(name: str) -> Any:
+    if name == "RECIPES":  # the per-task defaults, now declared on each task class
+        from framework.tasks.base import TASKS
 
-    size: str = "small"
-    max_minutes: float = 9.0
-    max_steps: int = 3000
-    batch_size: int = 128
-    lr: float = 2e-3
-    weight_decay: float = 0.01
-    warmup_steps: int = 200
-    eps: float = 1e-3
-    train_size: Optional[int] = None
-    val_size: int = 256
-    val_every: int = 500
-    n_test: int = 1000
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-#: per-task defaults, tuned so that ``adec train-denoiser --task T`` finishes in about 10 minutes
-#: on 2 CPU cores (see docs for the measured accuracies)
-RECIPES: dict[str, Recipe] = {
-    "addition": Recipe(max_steps=2500),  # val 100 % from ~2000 steps
-    "sorting": Recipe(max_steps=2500),  # val 100 % from ~1500 steps
-    "sudoku": Recipe(max_steps=2000),  # val 100 % from ~500 steps
-    "pairs": Recipe(max_steps=1500),  # val 100 % from ~1000 steps
-    # 163-token canvas, peer-masked attention: ~0.8 s a step on 2 cores at batch 64
-    "sudoku9": Recipe(size="medium", max_minutes=25.0, max_steps=2000, batch_size=64, lr=1e-3,
-                      warmup_steps=100, val_size=128, val_every=500, n_test=300),
-    # 171-token canvas, up to 42 slots: the words of a slot couple only after ~600 steps (loss 0.45 -> 0.2);
-    # measured: 1,001 steps in 32 min on one thread, 100% of 300 test answers one token per step
-    "phrases": Recipe(max_minutes=30.0, max_steps=3000, batch_size=64, val_size=128, val_every=1000, n_test=300),
-}
-
-
-def recipe_for(task_name: str) -> Recipe:
-    return RECIPES.get(task_name, Recipe())
+        return {n: TASKS.get(n).recipe for n in TASKS.names() if TASKS.get(n).recipe is not None}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ---------------------------------------------------------------------- the loss
@@ -173,7 +140,7 @@ class MaskedDiffusionLM(pl.LightningModule):
         self.tiny_config = TinyConfig(
             vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
             eos_token_id=tok.eos_token_id, max_len=self.task.canvas_length,
-            structure=getattr(self.task, "attention_structure", None), **(model or {}),
+            structure=self.task.attention_structure, **(model or {}),
         )
         self.denoiser = TinyDenoiser(self.tiny_config)
         self._t0: Optional[float] = None
@@ -310,7 +277,7 @@ def train_denoiser(
     Args:
         task: a registered task name or a :class:`Task` instance.
         max_minutes, max_steps: budgets (whichever is spent first ends training); default: the
-            task's :data:`RECIPES` entry.
+            task's declared ``Task.recipe``.
         model_size: ``tiny``, ``small``, ``base`` or a dict of :class:`TinyConfig` fields.
         out_dir: where the model folder goes (``config.json``, ``model.pt``, ``metrics.json``) and
             the Lightning logs and checkpoints (``lightning/``); default a new folder under
@@ -323,7 +290,7 @@ def train_denoiser(
             plus ``accelerator`` / ``devices`` for the Trainer and ``num_threads`` for torch
             (default :func:`auto_threads`: the idle cores).
     """
-    from framework.models.saved import default_cache_dir, save_pretrained
+    from framework.models.saved import default_cache_dir
 
     t_begin = time.perf_counter()
     if wandb_mode not in ("offline", "online", "disabled"):
@@ -332,20 +299,7 @@ def train_denoiser(
     accelerator = overrides.pop("accelerator", "cpu")
     devices = overrides.pop("devices", 1)
     num_threads = overrides.pop("num_threads", None)
-    base = recipe_for(task_obj.name)
-    unknown = set(overrides) - set(base.to_dict())
-    if unknown:
-        raise TypeError(f"train_denoiser() got unknown options {sorted(unknown)}; "
-                        f"allowed: {', '.join(sorted(base.to_dict()))}")
-    fields = base.to_dict()
-    fields.update({k: v for k, v in overrides.items() if v is not None})
-    if max_minutes is not None:
-        fields["max_minutes"] = max_minutes
-    if max_steps is not None:
-        fields["max_steps"] = max_steps
-    if model_size is not None:
-        fields["size"] = model_size
-    recipe = fields
+    recipe = resolve_recipe(task_obj, overrides, max_minutes=max_minutes, max_steps=max_steps, model_size=model_size)
     arch = _resolve_size(recipe["size"])
     with _torch_threads(int(num_threads) if num_threads else auto_threads()):
         out = Path(out_dir) if out_dir is not None else \
@@ -361,63 +315,105 @@ def train_denoiser(
         )
         data = TaskDataModule(task_obj, batch_size=recipe["batch_size"], train_size=recipe["train_size"],
                               val_size=recipe["val_size"], seed=seed)
-
-        from pytorch_lightning.callbacks import ModelCheckpoint
-        from pytorch_lightning.loggers import CSVLogger
-
-        loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
-        wandb_logger = None
-        if wandb_mode != "disabled":
-            from pytorch_lightning.loggers import WandbLogger
-
-            os.environ.setdefault("WANDB_SILENT", "true")
-            wandb_logger = WandbLogger(
-                project="adaptive-decoding", name=f"train-{task_obj.name}", save_dir=str(out / "lightning"),
-                mode=wandb_mode, config={"task": task_obj.name, "task_params": task_obj.get_params(),
-                                         "model": arch, "recipe": recipe, "seed": seed},
-            )
-            loggers.append(wandb_logger)
-        has_val = bool(recipe["val_size"])
-        ckpt = ModelCheckpoint(
-            dirpath=str(out / "lightning" / "checkpoints"), save_last=True,
-            monitor="val/exact_match" if has_val else None, mode="max", save_top_k=1 if has_val else 0,
-        )
-        val_every = min(int(recipe["val_every"]), int(recipe["max_steps"]))
-        if not progress:  # keep Lightning's start-up chatter (device summary, tips) out of quiet runs
-            logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
-            logging.getLogger("pytorch_lightning.accelerators.cuda").setLevel(logging.WARNING)
-        trainer = pl.Trainer(
-            accelerator=accelerator, devices=devices, max_steps=int(recipe["max_steps"]),
-            logger=loggers, callbacks=[ckpt], enable_progress_bar=progress, enable_model_summary=progress,
-            val_check_interval=val_every if has_val else None, check_val_every_n_epoch=None,
-            **({} if has_val else {"limit_val_batches": 0}), num_sanity_val_steps=0, log_every_n_steps=25,
-            default_root_dir=str(out / "lightning"), deterministic=False, gradient_clip_val=1.0,
-        )
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*does not have many workers.*")
-            warnings.filterwarnings("ignore", message=".*IterableDataset.*")
-            warnings.filterwarnings("ignore", message=".*LeafSpec.*")
-            trainer.fit(module, datamodule=data)
+        wandb_logger = _wandb_logger(out, wandb_mode, task_obj, arch, recipe, seed)
+        trainer = _trainer(out, recipe, accelerator, devices, progress, wandb_logger)
+        _fit(trainer, module, data)
         train_seconds = time.perf_counter() - (module._t0 or t_begin)
+        return _test_and_save(out, module, trainer, task_obj, recipe, seed, wandb_logger,
+                              train_seconds=train_seconds, t_begin=t_begin)
 
-        denoiser = module.denoiser.cpu().eval()
-        val_acc = trainer.callback_metrics.get("val/exact_match")
-        val_acc = float(val_acc) if val_acc is not None else None
-        test = task_obj.examples("test", int(recipe["n_test"]), seed=seed) if recipe["n_test"] else []
-        test_acc = exact_match(denoiser, task_obj, test) if test else float("nan")
-        metrics = {
-            "task": task_obj.name, "test_exact_match": test_acc, "n_test": len(test),
-            "decoder": "sequential (one token per step)", "val_exact_match": val_acc,
-            "steps": int(trainer.global_step), "train_seconds": round(train_seconds, 1),
-            "torch_threads": torch.get_num_threads(), "seed": seed,
-        }
-        save_pretrained(out, denoiser, task=task_obj, recipe={**recipe, "seed": seed}, metrics=metrics)
-        if wandb_logger is not None:
-            wandb_logger.experiment.summary["test/exact_match"] = test_acc
-            wandb_logger.experiment.finish()
-        total = time.perf_counter() - t_begin
-        return TrainResult(
-            path=out, task=task_obj.name, test_accuracy=test_acc, n_test=len(test), val_accuracy=val_acc,
-            steps=int(trainer.global_step), train_seconds=train_seconds, total_seconds=total,
-            model_config=denoiser.config.to_dict(), recipe=recipe,
-        )
+
+def resolve_recipe(task: Task, overrides: dict[str, Any], *, max_minutes: Optional[float] = None,
+                   max_steps: Optional[int] = None, model_size: Any = None) -> dict[str, Any]:
+    """The task's declared recipe (``Task.recipe``) with the caller's overrides; an unknown option
+    raises ``TypeError`` listing the allowed ones."""
+    base = task.training_recipe()
+    unknown = set(overrides) - set(base.to_dict())
+    if unknown:
+        raise TypeError(f"train_denoiser() got unknown options {sorted(unknown)}; "
+                        f"allowed: {', '.join(sorted(base.to_dict()))}")
+    fields = base.to_dict()
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    if max_minutes is not None:
+        fields["max_minutes"] = max_minutes
+    if max_steps is not None:
+        fields["max_steps"] = max_steps
+    if model_size is not None:
+        fields["size"] = model_size
+    return fields
+
+
+def _wandb_logger(out: Path, wandb_mode: str, task: Task, arch: dict, recipe: dict, seed: int) -> Any:
+    """A W&B logger of the run (``None`` when ``wandb_mode`` is ``disabled``)."""
+    if wandb_mode == "disabled":
+        return None
+    from pytorch_lightning.loggers import WandbLogger
+
+    os.environ.setdefault("WANDB_SILENT", "true")
+    return WandbLogger(
+        project="adaptive-decoding", name=f"train-{task.name}", save_dir=str(out / "lightning"),
+        mode=wandb_mode, config={"task": task.name, "task_params": task.get_params(),
+                                 "model": arch, "recipe": recipe, "seed": seed},
+    )
+
+
+def _trainer(out: Path, recipe: dict, accelerator: Any, devices: Any, progress: bool, wandb_logger: Any) -> pl.Trainer:
+    """The Lightning trainer: CSV (and W&B) logs, the best and last checkpoints under ``out/lightning``,
+    validation every ``val_every`` steps when there is a validation set."""
+    from pytorch_lightning.callbacks import ModelCheckpoint
+    from pytorch_lightning.loggers import CSVLogger
+
+    loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
+    if wandb_logger is not None:
+        loggers.append(wandb_logger)
+    has_val = bool(recipe["val_size"])
+    ckpt = ModelCheckpoint(
+        dirpath=str(out / "lightning" / "checkpoints"), save_last=True,
+        monitor="val/exact_match" if has_val else None, mode="max", save_top_k=1 if has_val else 0,
+    )
+    val_every = min(int(recipe["val_every"]), int(recipe["max_steps"]))
+    if not progress:  # keep Lightning's start-up chatter (device summary, tips) out of quiet runs
+        logging.getLogger("pytorch_lightning.utilities.rank_zero").setLevel(logging.WARNING)
+        logging.getLogger("pytorch_lightning.accelerators.cuda").setLevel(logging.WARNING)
+    return pl.Trainer(
+        accelerator=accelerator, devices=devices, max_steps=int(recipe["max_steps"]),
+        logger=loggers, callbacks=[ckpt], enable_progress_bar=progress, enable_model_summary=progress,
+        val_check_interval=val_every if has_val else None, check_val_every_n_epoch=None,
+        **({} if has_val else {"limit_val_batches": 0}), num_sanity_val_steps=0, log_every_n_steps=25,
+        default_root_dir=str(out / "lightning"), deterministic=False, gradient_clip_val=1.0,
+    )
+
+
+def _fit(trainer: pl.Trainer, module: MaskedDiffusionLM, data: TaskDataModule) -> None:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*does not have many workers.*")
+        warnings.filterwarnings("ignore", message=".*IterableDataset.*")
+        warnings.filterwarnings("ignore", message=".*LeafSpec.*")
+        trainer.fit(module, datamodule=data)
+
+
+def _test_and_save(out: Path, module: MaskedDiffusionLM, trainer: pl.Trainer, task: Task, recipe: dict,
+                   seed: int, wandb_logger: Any, *, train_seconds: float, t_begin: float) -> TrainResult:
+    """Measure test exact match one token per step, save the folder, close the W&B run."""
+    from framework.models.saved import save_pretrained
+
+    denoiser = module.denoiser.cpu().eval()
+    val_acc = trainer.callback_metrics.get("val/exact_match")
+    val_acc = float(val_acc) if val_acc is not None else None
+    test = task.examples("test", int(recipe["n_test"]), seed=seed) if recipe["n_test"] else []
+    test_acc = exact_match(denoiser, task, test) if test else float("nan")
+    metrics = {
+        "task": task.name, "test_exact_match": test_acc, "n_test": len(test),
+        "decoder": "sequential (one token per step)", "val_exact_match": val_acc,
+        "steps": int(trainer.global_step), "train_seconds": round(train_seconds, 1),
+        "torch_threads": torch.get_num_threads(), "seed": seed,
+    }
+    save_pretrained(out, denoiser, task=task, recipe={**recipe, "seed": seed}, metrics=metrics)
+    if wandb_logger is not None:
+        wandb_logger.experiment.summary["test/exact_match"] = test_acc
+        wandb_logger.experiment.finish()
+    return TrainResult(
+        path=out, task=task.name, test_accuracy=test_acc, n_test=len(test), val_accuracy=val_acc,
+        steps=int(trainer.global_step), train_seconds=train_seconds, total_seconds=time.perf_counter() - t_begin,
+        model_config=denoiser.config.to_dict(), recipe=recipe,
+    )

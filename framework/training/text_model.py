@@ -1,5 +1,6 @@
-"""The ``tiny-text`` denoiser: trained on the bundled English corpus, cached, loaded by name.
-"""
+"""Training the ``tiny-text`` denoiser on the bundled English corpus. Its folder is loaded by
+:func:`framework.models.zoo.load_text_folder` (re-exported here with :func:`load_text_model` and
+:func:`text_model_dir`)."""
 
 from __future__ import annotations
 
@@ -7,18 +8,11 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
-import torch
-
+from framework.models.saved import file_lock
+from framework.models.zoo import load_text_folder, load_text_model, text_model_dir  # noqa: F401 - re-exported
 from framework.tasks.text import SOURCES, TEXT_MODEL, TextTask, corpus_fingerprint
-
-
-# ====================================================================== the tiny text denoiser
-def text_model_dir() -> Path:
-    from framework.models.saved import default_cache_dir
-
-    return default_cache_dir() / "models" / TEXT_MODEL
 
 
 def train_text_model(out_dir: "str | os.PathLike", *, max_minutes: float = 10.0, max_steps: int = 6000,
@@ -45,49 +39,17 @@ def train_text_model(out_dir: "str | os.PathLike", *, max_minutes: float = 10.0,
     return result.path
 
 
-def load_text_folder(folder: "str | os.PathLike", device: str = "cpu", name: Optional[str] = None) -> Any:
-    """A :class:`framework.models.protocol.LoadedModel` of a folder written by :func:`train_text_model`."""
-    from framework.models.protocol import LoadedModel
-    from framework.models.saved import CheckpointError
-    from framework.models.tiny import TinyConfig, TinyDenoiser
-
-    folder = Path(folder)
-    for f in ("config.json", "model.pt", "text.json"):
-        if not (folder / f).is_file():
-            raise CheckpointError(f"{folder / f}: file not found (not a tiny-text model folder)")
-    meta = json.loads((folder / "text.json").read_text())
-    task = TextTask(**meta.get("task_params", {}))
-    tok = task.tokenizer
-    if list(meta["vocab"]) != list(tok.vocab):
-        raise CheckpointError(
-            f"{folder / 'text.json'}: vocabulary differs from this machine's corpus (fingerprint "
-            f"{meta.get('corpus_fingerprint')} vs {corpus_fingerprint()}: another Python or scikit-learn "
-            f"version?); move the folder away to retrain")
-    cfg = json.loads((folder / "config.json").read_text())
-    den = TinyDenoiser(TinyConfig(**cfg["model"]))
-    den.load_state_dict(torch.load(folder / "model.pt", map_location="cpu", weights_only=True))
-    metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
-    return LoadedModel(denoiser=den.to(device).eval(), tokenizer=tok, name=name or str(folder), task="text",
-                       info={"path": str(folder), "task_params": task.get_params(), "metrics": metrics,
-                             "corpus_fingerprint": meta.get("corpus_fingerprint")})
-
-
-def load_text_model(device: str = "cpu", train_if_missing: bool = True, progress: bool = True) -> Any:
-    """The cached ``tiny-text`` model, trained on first use (about 10 CPU minutes)."""
-    from framework.models.saved import CheckpointError, folder_lock
-
-    folder = text_model_dir()
-    if not (folder / "text.json").is_file():
-        if not train_if_missing:
-            raise CheckpointError(f"{folder / 'text.json'}: file not found (tiny-text is not trained yet)")
-        with folder_lock(folder.parent / f".{TEXT_MODEL}.lock"):
-            if not (folder / "text.json").is_file():
-                print(f"adec: training {TEXT_MODEL} on the English corpus into {folder}", file=sys.stderr, flush=True)
-                staging = folder.parent / f".{TEXT_MODEL}.partial-{os.getpid()}"
-                train_text_model(staging, progress=progress,
-                                 wandb_mode=os.environ.get("WANDB_MODE", "offline")
-                                 if os.environ.get("WANDB_MODE") in ("offline", "online", "disabled") else "offline")
-                if folder.exists() and not any(folder.iterdir()):
-                    folder.rmdir()
-                os.replace(staging, folder)
-    return load_text_folder(folder, device=device, name=TEXT_MODEL)
+def train_missing_text_model(name: str, folder: Path, progress: bool) -> None:
+    """Train ``tiny-text`` into ``folder`` (the builder :func:`framework.models.zoo.load_text_model`
+    calls when it is missing), staged and moved in under a file lock."""
+    with file_lock(folder.parent / f".{TEXT_MODEL}.lock"):
+        if (folder / "text.json").is_file():  # another process finished it meanwhile
+            return
+        print(f"adec: training {TEXT_MODEL} on the English corpus into {folder}", file=sys.stderr, flush=True)
+        staging = folder.parent / f".{TEXT_MODEL}.partial-{os.getpid()}"
+        mode = os.environ.get("WANDB_MODE")
+        train_text_model(staging, progress=progress,
+                         wandb_mode=mode if mode in ("offline", "online", "disabled") else "offline")
+        if folder.exists() and not any(folder.iterdir()):
+            folder.rmdir()
+        os.replace(staging, folder)

@@ -280,6 +280,40 @@ class Block(nn.Module):
         return x, present
 
 
+def _key_count(B: int, T: int, cache: Optional[KVCache], write_positions: Optional[Tensor],
+               write_valid: Optional[Tensor], ephemeral: int) -> int:
+    """S, the keys a query sees (T, or the cache's slots, plus the ephemeral ones), after checking
+    the shapes of the cache arguments of :meth:`MaskedDiffusionLM.forward`."""
+    if cache is not None:
+        if write_positions is None or write_positions.shape != (B, T):
+            raise ValueError(f"with a cache, write_positions must be a [B, T] = [{B}, {T}] LongTensor of slots, "
+                             f"got {None if write_positions is None else tuple(write_positions.shape)}")
+        if cache.batch_size != B:
+            raise ValueError(f"the cache holds {cache.batch_size} rows but input_ids has {B}; "
+                             f"use cache.select(rows)")
+        S = cache.length
+    elif write_positions is not None or write_valid is not None:
+        raise ValueError("write_positions / write_valid need a cache")
+    else:
+        S = T
+    if write_valid is not None and write_valid.shape != (B, T):
+        raise ValueError(f"write_valid must be [B, T] = [{B}, {T}], got {tuple(write_valid.shape)}")
+    return S + check_ephemeral(ephemeral, cache, write_valid, T)
+
+
+def _attention_mask(key_mask: Optional[Tensor], B: int, T: int, S: int, cache: Optional[KVCache]) -> Optional[Tensor]:
+    """``key_mask`` (``[B, S]`` or per query ``[B, T, S]``, True = real key) as the boolean
+    ``[B, 1, 1 or T, S]`` mask of the attention; ``None`` attends everywhere."""
+    if key_mask is None:
+        return None
+    if key_mask.shape not in ((B, S), (B, T, S)):
+        raise ValueError(f"key_mask must be [B, S] = [{B}, {S}] or per query [B, T, S] "
+                         f"(S = {'cache length' if cache else 'T'}), got {tuple(key_mask.shape)}")
+    km = key_mask.to(torch.bool)
+    km = km | ~km.any(dim=-1, keepdim=True)  # a query with no real key: attend everywhere, stay finite
+    return km[:, None, None, :] if km.dim() == 2 else km[:, None]
+
+
 class MaskedDiffusionLM(nn.Module):
     """Embedding, :class:`Block` stack, final norm, LM head; the forward shared by LLaDA and Dream.
 
@@ -339,34 +373,13 @@ class MaskedDiffusionLM(nn.Module):
         ``key_mask`` is then ``[B, T, S + E]`` (WINO's shadow block under a cache).
         """
         B, T = input_ids.shape
-        if cache is not None:
-            if write_positions is None or write_positions.shape != (B, T):
-                raise ValueError(f"with a cache, write_positions must be a [B, T] = [{B}, {T}] LongTensor of slots, "
-                                 f"got {None if write_positions is None else tuple(write_positions.shape)}")
-            if cache.batch_size != B:
-                raise ValueError(f"the cache holds {cache.batch_size} rows but input_ids has {B}; "
-                                 f"use cache.select(rows)")
-            S = cache.length
-        elif write_positions is not None or write_valid is not None:
-            raise ValueError("write_positions / write_valid need a cache")
-        else:
-            S = T
-        if write_valid is not None and write_valid.shape != (B, T):
-            raise ValueError(f"write_valid must be [B, T] = [{B}, {T}], got {tuple(write_valid.shape)}")
-        S += check_ephemeral(ephemeral, cache, write_valid, T)
+        S = _key_count(B, T, cache, write_positions, write_valid, ephemeral)
         if position_ids is None:
             position_ids = (write_positions if cache is not None
                             else torch.arange(T, device=input_ids.device).expand(B, T))
         elif position_ids.shape != (B, T):
             raise ValueError(f"position_ids must be [B, T] = [{B}, {T}], got {tuple(position_ids.shape)}")
-        mask = None
-        if key_mask is not None:
-            if key_mask.shape not in ((B, S), (B, T, S)):
-                raise ValueError(f"key_mask must be [B, S] = [{B}, {S}] or per query [B, T, S] "
-                                 f"(S = {'cache length' if cache else 'T'}), got {tuple(key_mask.shape)}")
-            km = key_mask.to(torch.bool)
-            km = km | ~km.any(dim=-1, keepdim=True)  # a query with no real key: attend everywhere, stay finite
-            mask = km[:, None, None, :] if km.dim() == 2 else km[:, None]
+        mask = _attention_mask(key_mask, B, T, S, cache)
         write_rows = None
         if cache is not None and write_valid is not None and not bool(write_valid.all()):  # host syncs per
             write_rows = write_valid.to(torch.bool).nonzero(as_tuple=True)  # forward, not per layer; all

@@ -1,0 +1,303 @@
+"""Every kind of model name resolved and loaded in one place: :func:`load_model`.
+
+A saved tiny denoiser is a folder (loadable with torch and json alone, no Lightning)::
+
+    config.json    {"format": "adaptive-decoding.tiny-denoiser", "format_version": 1,
+                    "model": TinyConfig fields, "task": ..., "task_params": ..., "vocab": [...],
+                    "recipe": the training recipe}
+    model.pt       the state dict (torch.save; loaded with weights_only=True)
+    metrics.json   test exact match with one-token-per-step decoding, steps, seconds
+
+Built-in names come from the tasks: a task class that declares ``model_name`` (``tiny-addition``,
+``tiny-sorting`` ...) adds a :class:`ModelSpec` to :data:`MODELS`. They live in
+``default_cache_dir()/models/<name>``. ``tiny-sudoku9`` ships with the package
+(``framework/models/weights/tiny-sudoku9``, with the command that reproduces it); a folder of that
+name in the cache takes precedence. A folder holding a Hugging Face ``config.json``, or a hub name
+``org/name`` found in the local Hugging Face cache, is delegated to
+:func:`framework.models.hub_loading.load_hub_model`. Nothing here downloads or deletes a file.
+
+Training a missing built-in model is not loading: the training layer registers a builder
+(:func:`register_missing_builder`, done by ``import framework.training``) that :func:`load_model`
+calls when ``train_if_missing``; without one, a missing model is a :class:`CheckpointError` that says
+how to train it. Loading a real checkpoint never imports ``framework.training``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+
+from framework.core.registry import Registry, UnknownNameError
+from framework.models.protocol import LoadedModel
+from framework.models.saved import (
+    CONFIG_FILE,
+    CheckpointError,
+    default_cache_dir,
+    is_saved_model,
+    load_pretrained,
+    looks_like_path,
+    model_dir,
+    read_json,
+)
+from framework.models.tiny import TinyConfig, TinyDenoiser
+from framework.tasks.text import TEXT_MODEL  # the character-level English model (its own tokenizer)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A built-in model: which task it is trained on, with which recipe overrides."""
+
+    task: str
+    description: str = ""
+    size: Optional[str] = None
+    seed: int = 0
+
+    def recipe(self) -> dict[str, Any]:
+        """The task's declared recipe (``Task.recipe``) with this model's size and seed."""
+        from framework.tasks.base import recipe_for
+
+        r = recipe_for(self.task).to_dict()
+        if self.size is not None:
+            r["size"] = self.size
+        r["seed"] = self.seed
+        return r
+
+
+class ModelRegistry(Registry[ModelSpec]):
+    """:class:`Registry` of built-in model names that also lists, on every lookup, the model each
+    registered task declares (``Task.model_name``), so a new task needs no line here."""
+
+    def sync_tasks(self) -> None:
+        from framework.tasks.base import builtin_models
+
+        for model, task, description in builtin_models():
+            if not Registry.__contains__(self, model):
+                self.add(model, ModelSpec(task, description))
+
+    def get(self, name: str) -> ModelSpec:
+        self.sync_tasks()
+        return super().get(name)
+
+    def names(self) -> list[str]:
+        self.sync_tasks()
+        return super().names()
+
+    def __contains__(self, name: str) -> bool:
+        self.sync_tasks()
+        return super().__contains__(name)
+
+
+MODELS: ModelRegistry = ModelRegistry("model", entry_point_group="adaptive_decoding.models")
+
+#: built-in models whose weights ship inside the package (framework/models/weights/<name>), so the
+#: README's main job runs without training; each folder's recipe.md says how to reproduce it
+PACKAGED_WEIGHTS = Path(__file__).resolve().parent / "weights"
+
+#: what trains a missing built-in model into its folder: ``builder(name, folder, progress)``;
+#: ``"denoiser"`` for the names of :data:`MODELS`, ``"text"`` for ``tiny-text``
+MissingBuilder = Callable[[str, Path, bool], None]
+MISSING_BUILDERS: dict[str, MissingBuilder] = {}
+
+
+def register_missing_builder(kind: str, builder: MissingBuilder) -> None:
+    """Let :func:`load_model` train a missing built-in model of ``kind`` (``denoiser`` or ``text``)."""
+    if kind not in ("denoiser", "text"):
+        raise ValueError(f"missing-model builder kind {kind!r}; allowed: denoiser, text")
+    MISSING_BUILDERS[kind] = builder
+
+
+def packaged_dir(name: str) -> Path:
+    """Folder of a built-in model's packaged weights (it may not exist)."""
+    return PACKAGED_WEIGHTS / name
+
+
+def text_model_dir() -> Path:
+    """Cache folder of ``tiny-text``."""
+    return default_cache_dir() / "models" / TEXT_MODEL
+
+
+# ---------------------------------------------------------------------- the entry point
+def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = True,
+               progress: bool = True, *, dtype: Any = None, trust_remote_code: bool = False,
+               chat: Optional[bool] = None, query_chunk: Optional[int] = None) -> LoadedModel:
+    """A ready :class:`LoadedModel` from a folder, a built-in name or a cached hub name.
+
+    Tried in this order:
+
+    * a folder in this project's format: loaded directly;
+    * a folder with a Hugging Face ``config.json``: :func:`framework.models.hub_loading.load_hub_model`;
+    * a built-in name (``tiny-addition`` ..., ``tiny-text``): loaded from the cache (or the package);
+      a missing one is trained first when ``train_if_missing`` and the training layer registered a
+      builder (``import framework.training``), else :class:`CheckpointError` naming the missing file;
+    * a hub name ``org/name``: its snapshot in the local Hugging Face cache (``HF_HUB_CACHE`` /
+      ``HF_HOME``), never downloaded; a missing one raises
+      :class:`framework.models.hub_adapters.ModelNotCachedError` with the command that fetches it.
+
+    Args:
+        device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:N``.
+        dtype: for Hugging Face checkpoints ``auto`` = bfloat16 on a GPU, float32 on CPU; the tiny
+            models stay in float32 unless a dtype is named (``float32``, ``bfloat16``, ``float16``).
+        trust_remote_code: let a checkpoint run its own modeling code (off: such a checkpoint is
+            refused with a message naming ``--trust-remote-code``).
+        chat: wrap prompts in the tokenizer's chat template; ``None`` = when it has one.
+        query_chunk: the framework's own LLaDA / Dream only: queries per chunk of a full forward
+            (``MaskedDiffusionLM.query_chunk``, for memory); refused for any other model.
+
+    A missing or corrupt file raises :class:`CheckpointError` naming it; nothing is deleted.
+    A name that is none of these raises an error listing what was tried.
+    """
+    from framework.models.hub_loading import resolve_device, resolve_dtype
+
+    device = resolve_device(device)
+    torch_dtype = resolve_dtype(dtype, device)  # validates the name before any work
+    hub = dict(device=device, dtype=dtype, trust_remote_code=trust_remote_code, chat=chat, query_chunk=query_chunk)
+    path = Path(name_or_path).expanduser()
+    if path.is_dir():
+        return _load_folder(path, name_or_path, hub, torch_dtype)
+    if name_or_path != TEXT_MODEL and name_or_path not in MODELS:
+        return _load_hub_name(name_or_path, path, hub)
+    _no_query_chunk(query_chunk, name_or_path)
+    if name_or_path == TEXT_MODEL:  # the character-level English model has its own tokenizer
+        loaded = load_text_model(device=device, train_if_missing=train_if_missing, progress=progress)
+    else:
+        loaded = load_builtin(name_or_path, device=device, train_if_missing=train_if_missing, progress=progress)
+    return cast_dtype(loaded, dtype, torch_dtype)
+
+
+def _load_folder(path: Path, name: str, hub: dict, torch_dtype: Any) -> LoadedModel:
+    """A folder: this project's format, else a Hugging Face checkpoint."""
+    if is_saved_model(path):
+        _no_query_chunk(hub["query_chunk"], name)
+        return cast_dtype(load_pretrained(path, device=hub["device"]), hub["dtype"], torch_dtype)
+    cfg = path / CONFIG_FILE
+    if not cfg.is_file():
+        raise CheckpointError(f"{cfg}: file not found (a model folder needs a config.json: this "
+                              f"project's format or a Hugging Face model)")
+    read_json(cfg)  # a corrupt config.json is reported here, naming the file
+    from framework.models.hub_loading import load_hub_model
+
+    return load_hub_model(str(path), **hub)
+
+
+def _load_hub_name(name: str, path: Path, hub: dict) -> LoadedModel:
+    """A hub name ``org/name`` from the local cache; anything else fails listing what was tried."""
+    from framework.models.hub_loading import looks_like_hub_name
+
+    if looks_like_hub_name(name) and not path.exists():
+        from framework.models.hub_adapters import ModelNotCachedError
+        from framework.models.hub_loading import load_hub_model
+
+        try:
+            return load_hub_model(name, **hub)
+        except ModelNotCachedError as exc:  # it says how to fetch the model; add what else was tried
+            raise ModelNotCachedError(
+                f"{exc}. Also tried: a folder {path.resolve()} (does not exist); a built-in model name "
+                f"(known: {', '.join(MODELS.names())}, {TEXT_MODEL})") from None
+    tried = _tried(name, path)
+    if looks_like_path(name) or path.exists():
+        raise CheckpointError(f"{path}: no such model folder. Tried: {tried}")
+    raise UnknownNameError(f"unknown model {name!r} (and no such folder). Tried: {tried}")
+
+
+def load_builtin(name: str, device: str = "cpu", train_if_missing: bool = True, progress: bool = True) -> LoadedModel:
+    """A built-in model of :data:`MODELS` from the cache, else the package, else trained by the
+    registered ``denoiser`` builder when ``train_if_missing``."""
+    spec: ModelSpec = MODELS.get(name)
+    folder = model_dir(name)
+    shipped = packaged_dir(name)
+    if not (folder / CONFIG_FILE).exists() and (shipped / CONFIG_FILE).exists():
+        folder = shipped  # weights that ship with the package; a trained copy in the cache wins
+    if not (folder / CONFIG_FILE).exists():
+        _build_missing("denoiser", name, folder, train_if_missing, progress,
+                       f"{folder / CONFIG_FILE}: file not found (model {name!r} is not trained yet; run "
+                       f"'adec train-denoiser --task {spec.task} --out {folder}'")
+    loaded = load_pretrained(folder, device=device, name=name)
+    want = spec.recipe()
+    have = loaded.info.get("recipe") or {}
+    if have and any(have.get(k) != v for k, v in want.items()):
+        warnings.warn(
+            f"{folder}: trained with an older recipe than the current default of {name!r}; "
+            f"it is used as is (move the folder away to retrain)", UserWarning, stacklevel=3,
+        )
+    return loaded
+
+
+def _build_missing(kind: str, name: str, folder: Path, train_if_missing: bool, progress: bool, missing: str) -> None:
+    builder = MISSING_BUILDERS.get(kind)
+    if not train_if_missing:
+        raise CheckpointError(f"{missing} or load it with train_if_missing=True)")
+    if builder is None:
+        raise CheckpointError(f"{missing}, or import framework.training first so that load_model can train it)")
+    builder(name, folder, progress)
+
+
+def _tried(name: str, path: Path) -> str:
+    """What :func:`load_model` looked for, for its error message."""
+    from framework.models.hub_loading import hub_cache_dir, looks_like_hub_name
+
+    folder = f"a folder {path.resolve()} ({'exists but is not a directory' if path.exists() else 'does not exist'})"
+    known = f"a built-in model name (known: {', '.join(MODELS.names())}, {TEXT_MODEL})"
+    if looks_like_hub_name(name):
+        hub = f"a hub name in the local Hugging Face cache {hub_cache_dir()} (skipped: a file of that name exists)"
+    else:
+        hub = f"a hub name (not tried: {name!r} is not of the form org/name)"
+    return f"{folder}; {known}; {hub}"
+
+
+def _no_query_chunk(query_chunk: Optional[int], name: str) -> None:
+    if query_chunk is not None:
+        from framework.models.hub_adapters import HubModelError
+
+        raise HubModelError(f"query_chunk={query_chunk} (--query-chunk) applies to the framework's own LLaDA and Dream "
+                            f"implementations (a Hugging Face checkpoint folder or a cached hub name); {name!r} is a "
+                            f"model of this project's own format")
+
+
+def cast_dtype(loaded: LoadedModel, dtype: Any, torch_dtype: Any) -> LoadedModel:
+    """The tiny models keep float32 unless a dtype is named explicitly (``auto`` leaves them)."""
+    if dtype not in (None, "auto") and torch_dtype is not None:
+        loaded.denoiser.to(torch_dtype)
+        loaded.info["dtype"] = str(torch_dtype)
+    return loaded
+
+
+# ---------------------------------------------------------------------- tiny-text
+def load_text_folder(folder: "str | os.PathLike", device: str = "cpu", name: Optional[str] = None) -> LoadedModel:
+    """A :class:`LoadedModel` of a folder written by ``framework.training.text_model.train_text_model``
+    (``config.json``, ``model.pt``, ``text.json`` with the vocabulary and the corpus fingerprint)."""
+    from framework.tasks.text import TextTask, corpus_fingerprint
+
+    folder = Path(folder)
+    for f in ("config.json", "model.pt", "text.json"):
+        if not (folder / f).is_file():
+            raise CheckpointError(f"{folder / f}: file not found (not a tiny-text model folder)")
+    meta = json.loads((folder / "text.json").read_text())
+    task = TextTask(**meta.get("task_params", {}))
+    tok = task.tokenizer
+    if list(meta["vocab"]) != list(tok.vocab):
+        raise CheckpointError(
+            f"{folder / 'text.json'}: vocabulary differs from this machine's corpus (fingerprint "
+            f"{meta.get('corpus_fingerprint')} vs {corpus_fingerprint()}: another Python or scikit-learn "
+            f"version?); move the folder away to retrain")
+    cfg = json.loads((folder / "config.json").read_text())
+    den = TinyDenoiser(TinyConfig(**cfg["model"]))
+    den.load_state_dict(torch.load(folder / "model.pt", map_location="cpu", weights_only=True))
+    metrics = json.loads((folder / "metrics.json").read_text()) if (folder / "metrics.json").is_file() else {}
+    return LoadedModel(denoiser=den.to(device).eval(), tokenizer=tok, name=name or str(folder), task="text",
+                       info={"path": str(folder), "task_params": task.get_params(), "metrics": metrics,
+                             "corpus_fingerprint": meta.get("corpus_fingerprint")})
+
+
+def load_text_model(device: str = "cpu", train_if_missing: bool = True, progress: bool = True) -> LoadedModel:
+    """The cached ``tiny-text`` model; a missing one is trained by the registered ``text`` builder."""
+    folder = text_model_dir()
+    if not (folder / "text.json").is_file():
+        _build_missing("text", TEXT_MODEL, folder, train_if_missing, progress,
+                       f"{folder / 'text.json'}: file not found (tiny-text is not trained yet")
+    return load_text_folder(folder, device=device, name=TEXT_MODEL)
