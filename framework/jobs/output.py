@@ -141,12 +141,12 @@ def validate_row(row: Any) -> None:
 
 def read_results(path: str | os.PathLike) -> list[dict]:
     """Every complete, schema-valid row of a results file (raises on a corrupt line)."""
-    rows, _ = _scan(os.fspath(path), repair=False)
+    rows, _ = scan_results(os.fspath(path), repair=False)
     return rows
 
 
 # ---------------------------------------------------------------------------------- output file
-def _scan(path: str, repair: bool) -> tuple[list[dict], Optional[str]]:
+def scan_results(path: str, repair: bool) -> tuple[list[dict], Optional[str]]:
     """Rows of ``path``; a torn last line (no final newline) is removed when ``repair``."""
     if not os.path.exists(path):
         return [], None
@@ -181,7 +181,7 @@ def _scan(path: str, repair: bool) -> tuple[list[dict], Optional[str]]:
     return rows, note
 
 
-class _ResultFile:
+class ResultFile:
     """Append-only JSONL writer: one ``os.write`` per row, ``fsync`` per batch, an exclusive lock."""
 
     def __init__(self, path: str, fsync: bool = True) -> None:
@@ -244,7 +244,7 @@ def _fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def _rewrite(path: str, rows: Sequence[dict]) -> None:
+def rewrite_results(path: str, rows: Sequence[dict]) -> None:
     """Atomically replace ``path`` by ``rows`` (temp file, fsync, rename)."""
     tmp = f"{path}.rewrite-{os.getpid()}"
     with open(tmp, "wb") as fh:

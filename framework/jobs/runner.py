@@ -60,7 +60,7 @@ from framework.jobs.errors import (
     is_oom,
 )
 from framework.jobs.guards import _DeadlineModel, _GuardedController, _GuardedLookahead
-from framework.jobs.output import SETTINGS_ID, _ResultFile, _rewrite, _scan
+from framework.jobs.output import SETTINGS_ID, ResultFile, rewrite_results, scan_results
 from framework.jobs.plan import (
     _as_factory,
     _base_row,
@@ -283,16 +283,16 @@ def run_generation_job(
 
 
 def _open_output(path: str, settings_hash: str, overwrite: bool, retry_errors: bool, fsync: bool,
-                 summary: JobSummary, say: Callable[[str], None]) -> tuple[_ResultFile, list[dict]]:
+                 summary: JobSummary, say: Callable[[str], None]) -> tuple[ResultFile, list[dict]]:
     """Lock the output first (no other job appends while this one reads and repairs it), read its
     rows, refuse rows written with other settings, cut a torn last line, drop error rows if asked."""
-    out = _ResultFile(path, fsync=fsync)
+    out = ResultFile(path, fsync=fsync)
     out.open()
     try:
         if overwrite:
-            _rewrite(path, [])
+            rewrite_results(path, [])
             out.reopen()
-        existing, note = _scan(path, repair=False)
+        existing, note = scan_results(path, repair=False)
         other = [r for r in existing if r["settings"] != settings_hash]
         if other:
             raise OutputFileError(
@@ -300,12 +300,12 @@ def _open_output(path: str, settings_hash: str, overwrite: bool, retry_errors: b
                 f"!= {settings_hash}: model, controller, decoding options, scorer or fallback differ); use "
                 f"another --output, or --overwrite to start it again")
         if note:
-            _scan(path, repair=True)
+            scan_results(path, repair=True)
             summary.notes.append(note)
             say(note)
         if retry_errors and any(r["status"] == "error" for r in existing):
             existing = [r for r in existing if r["status"] != "error"]
-            _rewrite(path, existing)
+            rewrite_results(path, existing)
             out.reopen()
             summary.notes.append("removed the error rows of the previous run; those items run again")
     except BaseException:

@@ -163,7 +163,7 @@ class ContextToyDenoiser(nn.Module):
         self.calls = 0
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        from framework.core.rng import _GOLDEN, _shr, mix64
+        from framework.core.rng import GOLDEN_GAMMA, shift_right_logical, mix64
 
         self.calls += 1
         b, l = input_ids.shape
@@ -171,13 +171,13 @@ class ContextToyDenoiser(nn.Module):
         visible = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         known = visible & (input_ids != self.mask_token_id)
         pos = torch.arange(l, dtype=torch.int64, device=input_ids.device)[None, :]
-        terms = mix64((input_ids.long() + 1) * _GOLDEN + pos)
+        terms = mix64((input_ids.long() + 1) * GOLDEN_GAMMA + pos)
         key = torch.where(known, terms, torch.zeros_like(terms)).sum(1, keepdim=True)  # [b, 1]
         h = mix64(key + mix64(pos * 7919 + self.salt))  # [b, l]
         h1, h2 = mix64(h + 1), mix64(h + 2)
-        unit = lambda x: _shr(x, 11).double() / float(1 << 53)  # noqa: E731
-        answer = _shr(h, 1) % n_ord
-        second_id = (answer + 1 + _shr(h1, 1) % (n_ord - 1)) % n_ord
+        unit = lambda x: shift_right_logical(x, 11).double() / float(1 << 53)  # noqa: E731
+        answer = shift_right_logical(h, 1) % n_ord
+        second_id = (answer + 1 + shift_right_logical(h1, 1) % (n_ord - 1)) % n_ord
         p1 = self.low + (self.high - self.low) * unit(h1)
         p2 = torch.minimum(p1, 1.0 - p1) * unit(h2)
         rest = ((1.0 - p1 - p2) / (n_ord - 2)).clamp(min=1e-12)

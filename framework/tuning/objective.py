@@ -43,7 +43,8 @@ def _mean(xs: Sequence[float]) -> float:
     return float(sum(xs) / len(xs)) if xs else float("nan")
 
 
-def _figures(correct: Sequence[float], nfe: Sequence[int], gen_length: int) -> dict[str, float]:
+def accuracy_cost_figures(correct: Sequence[float], nfe: Sequence[int], gen_length: int) -> dict[str, float]:
+    """Mean accuracy, mean NFE and mean tokens per forward (G / NFE) of a set of decodes, and their count."""
     return {"accuracy": _mean(correct), "nfe": _mean(nfe),
             "tpf": _mean([gen_length / max(1, n) for n in nfe]), "n": len(correct)}
 
@@ -116,7 +117,7 @@ def make_objective(settings: TuneSettings, loaded: LoadedModel, task: Any, confi
             trial.set_user_attr("pruned_reason", f"chunk accuracy {_mean(c1):.3f} < {floor:.3f}")
             raise optuna.TrialPruned(f"accuracy {_mean(c1):.3f} on the first {len(chunk)} examples")
         c2, n2 = score_examples(loaded, task, ctrl, config, rest, settings.batch_size)
-        fig = _figures(c1 + c2, n1 + n2, config.gen_length)
+        fig = accuracy_cost_figures(c1 + c2, n1 + n2, config.gen_length)
         trial.set_user_attr("tpf", fig["tpf"])
         return fig["accuracy"], fig["nfe"]
 

@@ -65,7 +65,7 @@ from framework.tuning.objective import (
     SETUP_KEYS,
     TuneSettings,
     _count_done,
-    _figures,
+    accuracy_cost_figures,
     _mean,
     _plain,
     run_worker,
@@ -206,7 +206,7 @@ def tune_controller(
     if reference is None:
         ref_ctrl = build_controller(REFERENCE)
         c, n = score_examples(loaded, task_obj, ref_ctrl, config, val, batch_size)
-        reference = {**_figures(c, n, config.gen_length),
+        reference = {**accuracy_cost_figures(c, n, config.gen_length),
                      "chunk_accuracy": _mean(c[: settings.n_chunk]), "controller": REFERENCE}
         study.set_user_attr("reference", reference)
         study.set_user_attr("setup", _plain(settings.setup()))

@@ -414,7 +414,7 @@ def test_output_with_other_settings_or_a_corrupt_row_is_refused(tmp_path, refere
 
 
 def test_retry_errors_reruns_only_the_error_rows_and_a_locked_output_is_refused(tmp_path):
-    from framework.jobs.output import _ResultFile
+    from framework.jobs.output import ResultFile
 
     out = tmp_path / "o.jsonl"
     Picky.BAD = {stable_seed(0, "q1")}
@@ -425,7 +425,7 @@ def test_retry_errors_reruns_only_the_error_rows_and_a_locked_output_is_refused(
             retry_errors=True)
     rows = by_id(out)
     assert (s.already_done, s.done) == (2, 1) and all(r["status"] == "ok" for r in rows.values()) and len(rows) == 3
-    holder = _ResultFile(str(out))
+    holder = ResultFile(str(out))
     holder.open()
     try:
         with pytest.raises(OutputFileError, match="o.jsonl is being written by another job"):
