@@ -44,7 +44,8 @@ NONE_WITHIN = "no point within 1 point"
 _EPS = 1e-9  # "no more than 1 point below" includes exactly 1 point below, whatever the float rounding
 
 
-def _num(v: Any, digits: int) -> str:
+def format_figure(v: Any, digits: int) -> str:
+    """``v`` with ``digits`` decimals, or an en dash when it is missing or not finite."""
     return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
 
 
@@ -152,7 +153,7 @@ def _ratio_line(label: str, t: dict, target_text: str, missing: str) -> str:
         return f"- {label}: – ({missing}; target {target_text}) ✗"
     shown = t.get("forwards") and f"{t['forwards']:.2f}" != f"{t['value']:.2f}"  # only where the two differ
     forwards = f"; in total forwards (mean NFE) {t['forwards']:.2f}×" if shown else ""
-    return (f"- {label}: {t['of']} ({_num(t['of_tpf'], 2)}) / {t['over']} ({_num(t['over_tpf'], 2)}) = "
+    return (f"- {label}: {t['of']} ({format_figure(t['of_tpf'], 2)}) / {t['over']} ({format_figure(t['over_tpf'], 2)}) = "
             f"{t['value']:.2f}× (target {target_text}{forwards}) {_mark(t)}")
 
 
@@ -169,10 +170,10 @@ def matched_markdown(name: str, matched: dict, quality_metric: str = "accuracy")
             "NFE", "tokens per forward", "AUP of the curve"]
     md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in matched["points"]:
-        vals = [p["curve"], p["kind"], p["strategy"] or NONE_WITHIN, _num(p["quality"], 3)]
+        vals = [p["curve"], p["kind"], p["strategy"] or NONE_WITHIN, format_figure(p["quality"], 3)]
         if qname != "accuracy":
-            vals.append(_num(p["accuracy"], 3))
-        vals += [_num(p["nfe"], 2), _num(p["tpf"], 2), _num(p["aup"], 1)]
+            vals.append(format_figure(p["accuracy"], 3))
+        vals += [format_figure(p["nfe"], 2), format_figure(p["tpf"], 2), format_figure(p["aup"], 1)]
         md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
     t = matched["targets"]
     md += ["", _ratio_line("baseline spread (best / worst baseline)", t["baseline_spread"], "≥ 2×",

@@ -205,7 +205,7 @@ def test_learned_targets_on_the_hand_made_sudoku(tmp_path):
 
 
 def test_learned_table_puts_the_best_learned_beside_the_best_non_learned_and_the_oracle(tmp_path):
-    from experiments.learned_table import table
+    from experiments.studies.learned_table import table
 
     rows = SUDOKU + [row("sudoku", "window_policy", "learned", 0.90, 8 / 6.8)]
     bench = {"tasks": {"sudoku": {"matched": matched_points(task_rows(rows, tmp_path),

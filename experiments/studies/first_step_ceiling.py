@@ -1,6 +1,6 @@
 """How much of the oracle's first step can a score commit before its first error?
 
-Issue 13 asks a learned controller for 85% of the oracle's tokens per forward. The oracle commits,
+The learned-controller target asks for 85% of the oracle's tokens per forward. The oracle commits,
 at every step, the positions whose current prediction x0 already equals the token that
 one-token-per-step decoding (``sequential``) ends with; most of its commits come in the first
 forward. A controller that decides from a per-position score s (confidence, margin, −entropy, a
@@ -25,7 +25,7 @@ measures, on the first forward of ``n`` test prompts:
   profile tell, per prompt, how far down the ranking is safe (the gap between the hindsight bound
   and one cut-off for all)? Reported per q as blanks committed and prompts error-free.
 
-    python -m experiments.first_step_ceiling --task sudoku9 --n 300 \
+    python -m experiments.studies.first_step_ceiling --task sudoku9 --n 300 \
         --policy rl=runs/controllers/sudoku9-tiny-sudoku9-rl-res/mlp.pt --train 500
 """
 
@@ -203,7 +203,7 @@ def report(data: dict, extra: Optional[dict] = None) -> list[dict]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.first_step_ceiling", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m experiments.studies.first_step_ceiling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="sudoku9")
     p.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE",

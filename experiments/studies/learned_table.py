@@ -1,7 +1,7 @@
-"""Issue 13's closing table from a report's ``benchmark.json``: per task, the best learned curve
+"""The learned-controller table from a report's ``benchmark.json``: per task, the best learned curve
 against the best non-learned one and the oracle, at matched accuracy, with AUPs and training times.
 
-    python -m experiments.learned_table docs/benchmark.json [runs/controllers]
+    python -m experiments.studies.learned_table docs/benchmark.json [runs/controllers]
 """
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments.matched import _num
+from experiments.matched import format_figure
 
 
 def _row(label: str, p: Optional[dict]) -> str:
     if p is None:
         return f"| {label} | – | none within 1 point | – | – | – | – |"
-    return (f"| {label} | {p['curve']} | {p['strategy']} | {_num(p['accuracy'], 3)} | {_num(p['nfe'], 2)} | "
-            f"{_num(p['tpf'], 2)} | {_num(p['aup'], 1)} |")
+    return (f"| {label} | {p['curve']} | {p['strategy']} | {format_figure(p['accuracy'], 3)} | {format_figure(p['nfe'], 2)} | "
+            f"{format_figure(p['tpf'], 2)} | {format_figure(p['aup'], 1)} |")
 
 
 def table(bench: dict[str, Any]) -> str:
-    """Per task with issue 13's targets: the curves they compare (as ``matched_points`` chose them)."""
+    """Per task with learned-controller targets: the curves they compare (as ``matched_points`` chose them)."""
     out = []
     for name, t in bench["tasks"].items():
         m = t.get("matched") or {}
