@@ -105,9 +105,10 @@ def _fit(kind: str, train: RolloutDataset, val: RolloutDataset, out: Path, opts:
 
 def train_policy(
     task: str, *, model: Optional[str] = None, loaded: Any = None, task_params: Optional[dict] = None,
-    out_dir: "str | os.PathLike | None" = None, method: str = "imitation", policies: Sequence[str] = ("mlp", "logreg"),
-    n_train: int = 256, n_val: int = 64, n_test: int = 200, hidden: Sequence[int] = (32, 32),
-    window_arch: Optional[dict] = None, residual: bool = False, neg_weight: float = 1.0, max_epochs: int = 40, patience: int = 5, batch_size: int = 256,
+    out_dir: "str | os.PathLike | None" = None, method: str = "imitation",
+    policies: Sequence[str] = ("mlp", "logreg"), n_train: int = 256, n_val: int = 64, n_test: int = 200,
+    hidden: Sequence[int] = (32, 32), window_arch: Optional[dict] = None, residual: bool = False,
+    neg_weight: float = 1.0, max_epochs: int = 40, patience: int = 5, batch_size: int = 256,
     window_batch: int = 64, lr: float = 3e-3, C: float = 1.0, seed: int = 0, wandb_mode: str = "offline",
     calibrate: bool = True, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, max_drop: float = 0.01,
     rollout: Optional[str] = None, rounds: int = 2, states_per_rollout: int = 4, dagger_threshold: float = 0.9,
@@ -120,86 +121,39 @@ def train_policy(
     split, the reported decoding figures from the test split. ``rl`` holds the keyword arguments of
     :func:`framework.learning.rl_train.rl_finetune` (iterations, prompts, group, lam, reward_form, lr).
     """
-    from framework.engine.evaluate import evaluate
-    from framework.tasks.base import get_task
-
     check_options(method, policies, rounds, states_per_rollout, rl)
     t0 = time.perf_counter()
-    task_obj = get_task(task, **(task_params or {}))
-    if loaded is None:
-        from framework.training.zoo import load_model
-
-        model = model or f"tiny-{task_obj.name}"
-        loaded = load_model(model, device=device)
-    label = str(model or loaded.name)
-    suffix = "" if method == "imitation" else f"-{method}"
-    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT / f"{task_obj.name}-{Path(label).name}{suffix}"
-    out.mkdir(parents=True, exist_ok=True)
+    task_obj, loaded, label = _task_and_model(task, task_params, model, loaded, device)
+    out = _out_folder(out_dir, method, task_obj.name, label)
     config = DecodeConfig.build(**{"gen_length": task_obj.gen_length,
                                    "block_length": task_obj.default_block_length, **(decode_options or {})})
-    roll = build_controller(rollout) if rollout else None
     say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *a: None)
-    train = build_dataset(loaded, task_obj, "train", n_train, config=config, batch_size=decode_batch_size, rollout=roll)
-    val = build_dataset(loaded, task_obj, "validation", n_val, config=config, batch_size=decode_batch_size, rollout=roll)
-    dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
-               "val_positive_rate": val.positive_rate, "n_train": n_train, "n_val": n_val,
-               "rollout": rollout or "sequential", "features": list(FEATURE_NAMES)}
-    say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
-        f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
+    train, val, dataset = _rollout_datasets(loaded, task_obj, config, n_train, n_val, decode_batch_size,
+                                            rollout, say)
     meta = {"task": task_obj.name, "task_params": task_obj.get_params(), "model": label, "method": method,
-            "residual": residual, "neg_weight": neg_weight,
-            "decode": config.get_params(), "dataset": dataset, "seed": seed}
-    opts = {"C": C, "seed": seed, "hidden": hidden, "window_arch": window_arch or {"d_model": 32, "layers": 2, "heads": 4},
-            "lr": lr, "max_epochs": max_epochs, "patience": patience, "batch_size": batch_size,
-            "window_batch": window_batch, "wandb_mode": wandb_mode, "accelerator": accelerator,
-            "progress": verbose and sys.stderr.isatty(), "meta": meta, "fast_dev_run": fast_dev_run,
-            "residual": residual, "neg_weight": neg_weight}
+            "residual": residual, "neg_weight": neg_weight, "decode": config.get_params(), "dataset": dataset,
+            "seed": seed}
+    opts = dict(C=C, seed=seed, hidden=hidden, window_arch=window_arch or {"d_model": 32, "layers": 2, "heads": 4},
+                lr=lr, max_epochs=max_epochs, patience=patience, batch_size=batch_size, window_batch=window_batch,
+                wandb_mode=wandb_mode, accelerator=accelerator, progress=verbose and sys.stderr.isatty(),
+                meta=meta, fast_dev_run=fast_dev_run, residual=residual, neg_weight=neg_weight)
     paths = {kind: out / f"{kind}.pt" for kind in policies}
-    nets, training, rounds_log = {}, {}, []
-    for kind in policies:
-        t1 = time.perf_counter()
-        nets[kind], info = _fit(kind, train, val, out, opts)
-        save_policy(nets[kind], paths[kind], kind=kind, threshold=dagger_threshold, meta=meta)
-        training[kind] = {**info, "imitation_seconds": round(time.perf_counter() - t1, 1)}
+    nets, training = _imitation(policies, train, val, out, opts, paths, meta, dagger_threshold)
+    rounds_log = []
     if method == "dagger":
         rounds_log = _dagger(loaded, task_obj, config, policies, paths, nets, train, val, out, opts, training,
                              rounds=rounds, n_train=n_train, states_per_rollout=states_per_rollout,
                              decode_batch_size=decode_batch_size, threshold=dagger_threshold, say=say)
         dataset["dagger_rows"] = [r["rows"] for r in rounds_log]
     if method == "rl":
-        from framework.learning.rl_train import rl_finetune
-
-        for kind in policies:
-            t1 = time.perf_counter()
-            nets[kind], info = rl_finetune(loaded, task_obj, paths[kind], config, out_dir=out / kind,
-                                           seed=seed, wandb_mode=wandb_mode, verbose=verbose,
-                                           decode_batch_size=decode_batch_size, **(rl or {}))
-            save_policy(nets[kind], paths[kind], kind=kind, threshold=dagger_threshold, meta={**meta, "rl": info})
-            training[kind]["rl"] = {**info, "seconds": round(time.perf_counter() - t1, 1)}
-    calibration: dict[str, Any] = {}
-    reference = None
+        _rl_stage(loaded, task_obj, config, policies, paths, nets, training, meta, out, rl or {}, seed=seed,
+                  wandb_mode=wandb_mode, verbose=verbose, batch=decode_batch_size, threshold=dagger_threshold)
     verify = (rl or {}).get("verify_threshold") if method == "rl" else None  # decoded inside `verified`
-    for kind in policies:
-        threshold = dagger_threshold
-        if calibrate:
-            say(f"calibrating the {kind} policy's threshold on {n_val} validation prompts ...")
-            cal = calibrate_threshold(loaded, task_obj, CONTROLLER_OF[kind], paths[kind], config, n=n_val,
-                                      thresholds=thresholds, max_drop=max_drop, batch_size=decode_batch_size,
-                                      reference=reference, verify_threshold=verify)
-            reference = cal["reference"]
-            calibration[kind] = cal
-            threshold = cal["threshold"]
-        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold,
-                    meta={**meta, "calibration": calibration.get(kind), "training": training[kind]})
-    metrics = {kind: policy_metrics(nets[kind], val, load_policy(paths[kind]).threshold, kind) for kind in policies}
-    test: dict[str, Any] = {}
-    if n_test:
-        runs = [("sequential", build_controller("sequential"))] + [
-            (CONTROLLER_OF[k] if verify is None else f"verified {CONTROLLER_OF[k]}",
-             policy_controller(CONTROLLER_OF[k], paths[k], verify_threshold=verify)) for k in policies]
-        for label_, ctrl in runs:
-            test[label_] = evaluate(loaded, task_obj, ctrl, config, split="test", n=n_test,
-                                    batch_size=decode_batch_size).row()
+    calibration = _calibrate_all(loaded, task_obj, config, policies, paths, nets, meta, training, calibrate,
+                                 n_val=n_val, thresholds=thresholds, max_drop=max_drop, verify=verify,
+                                 decode_batch_size=decode_batch_size, threshold=dagger_threshold, say=say)
+    metrics = {k: policy_metrics(nets[k], val, load_policy(paths[k]).threshold, k) for k in policies}
+    test = _test_figures(loaded, task_obj, config, policies, paths, verify, n_test, decode_batch_size)
     training["seconds"] = round(time.perf_counter() - t0, 1)
     result = PolicyResult(paths=paths, out_dir=out, method=method, dataset=dataset, metrics=metrics,
                           calibration=calibration, test=test, training=training, rounds=rounds_log,
@@ -208,6 +162,112 @@ def train_policy(
     if verbose:
         print(report(result))
     return result
+
+
+def _task_and_model(task: str, task_params: Optional[dict], model: Optional[str], loaded: Any,
+                    device: str) -> tuple[Any, Any, str]:
+    """The task, the loaded model (``tiny-<task>`` unless ``model`` or ``loaded`` is given) and its label."""
+    from framework.tasks.base import get_task
+
+    task_obj = get_task(task, **(task_params or {}))
+    if loaded is None:
+        from framework.training.zoo import load_model
+
+        model = model or f"tiny-{task_obj.name}"
+        loaded = load_model(model, device=device)
+    return task_obj, loaded, str(model or loaded.name)
+
+
+def _out_folder(out_dir: "str | os.PathLike | None", method: str, task_name: str, label: str) -> Path:
+    """``out_dir``, or ``DEFAULT_OUT/<task>-<model>[-<method>]`` (created)."""
+    suffix = "" if method == "imitation" else f"-{method}"
+    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT / f"{task_name}-{Path(label).name}{suffix}"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _rollout_datasets(loaded: Any, task_obj: Any, config: DecodeConfig, n_train: int, n_val: int,
+                      decode_batch_size: int, rollout: Optional[str],
+                      say: Any) -> tuple[RolloutDataset, RolloutDataset, dict[str, Any]]:
+    """The training and validation rows (from ``rollout``'s decodes, default sequential) and their figures."""
+    roll = build_controller(rollout) if rollout else None
+    train = build_dataset(loaded, task_obj, "train", n_train, config=config, batch_size=decode_batch_size,
+                          rollout=roll)
+    val = build_dataset(loaded, task_obj, "validation", n_val, config=config, batch_size=decode_batch_size,
+                        rollout=roll)
+    dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
+               "val_positive_rate": val.positive_rate, "n_train": n_train, "n_val": n_val,
+               "rollout": rollout or "sequential", "features": list(FEATURE_NAMES)}
+    say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
+        f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
+    return train, val, dataset
+
+
+def _imitation(policies: Sequence[str], train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict,
+               paths: dict, meta: dict, threshold: float) -> tuple[dict, dict]:
+    """Fit each policy kind on the rows (imitation) and save it: the nets and their training figures."""
+    nets, training = {}, {}
+    for kind in policies:
+        t1 = time.perf_counter()
+        nets[kind], info = _fit(kind, train, val, out, opts)
+        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold, meta=meta)
+        training[kind] = {**info, "imitation_seconds": round(time.perf_counter() - t1, 1)}
+    return nets, training
+
+
+def _rl_stage(loaded: Any, task_obj: Any, config: DecodeConfig, policies: Sequence[str], paths: dict, nets: dict,
+              training: dict, meta: dict, out: Path, rl: dict, *, seed: int, wandb_mode: str, verbose: bool,
+              batch: int, threshold: float) -> None:
+    """Fine-tune each imitation policy by RL (:func:`rl_finetune`, ``rl`` its options) and save it."""
+    from framework.learning.rl_train import rl_finetune
+
+    for kind in policies:
+        t1 = time.perf_counter()
+        nets[kind], info = rl_finetune(loaded, task_obj, paths[kind], config, out_dir=out / kind,
+                                       seed=seed, wandb_mode=wandb_mode, verbose=verbose,
+                                       decode_batch_size=batch, **rl)
+        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold, meta={**meta, "rl": info})
+        training[kind]["rl"] = {**info, "seconds": round(time.perf_counter() - t1, 1)}
+
+
+def _calibrate_all(loaded: Any, task_obj: Any, config: DecodeConfig, policies: Sequence[str], paths: dict,
+                   nets: dict, meta: dict, training: dict, calibrate: bool, *, n_val: int,
+                   thresholds: Sequence[float], max_drop: float, verify: Optional[float],
+                   decode_batch_size: int, threshold: float, say: Any) -> dict[str, Any]:
+    """Calibrate each policy's threshold on the validation split (when ``calibrate``; the sequential
+    reference is decoded once) and save the policy with it: the calibration figures per kind."""
+    calibration: dict[str, Any] = {}
+    reference = None
+    for kind in policies:
+        chosen = threshold
+        if calibrate:
+            say(f"calibrating the {kind} policy's threshold on {n_val} validation prompts ...")
+            cal = calibrate_threshold(loaded, task_obj, CONTROLLER_OF[kind], paths[kind], config, n=n_val,
+                                      thresholds=thresholds, max_drop=max_drop, batch_size=decode_batch_size,
+                                      reference=reference, verify_threshold=verify)
+            reference = cal["reference"]
+            calibration[kind] = cal
+            chosen = cal["threshold"]
+        save_policy(nets[kind], paths[kind], kind=kind, threshold=chosen,
+                    meta={**meta, "calibration": calibration.get(kind), "training": training[kind]})
+    return calibration
+
+
+def _test_figures(loaded: Any, task_obj: Any, config: DecodeConfig, policies: Sequence[str], paths: dict,
+                  verify: Optional[float], n_test: int, decode_batch_size: int) -> dict[str, Any]:
+    """Sequential decoding and every saved policy (inside ``verified`` when ``verify``) on ``n_test``
+    test prompts: their evaluation rows by label (none when ``n_test`` is 0)."""
+    from framework.engine.evaluate import evaluate
+
+    test: dict[str, Any] = {}
+    if n_test:
+        runs = [("sequential", build_controller("sequential"))] + [
+            (CONTROLLER_OF[k] if verify is None else f"verified {CONTROLLER_OF[k]}",
+             policy_controller(CONTROLLER_OF[k], paths[k], verify_threshold=verify)) for k in policies]
+        for label_, ctrl in runs:
+            test[label_] = evaluate(loaded, task_obj, ctrl, config, split="test", n=n_test,
+                                    batch_size=decode_batch_size).row()
+    return test
 
 
 def _dagger(loaded: Any, task: Any, config: DecodeConfig, policies: Sequence[str], paths: dict, nets: dict,
