@@ -214,42 +214,58 @@ def run_profile(
         prompts = torch.randint(0, min(vocab, 100000), (batch, prompt_length), generator=g).tolist()
         for cache in caches:
             for temperature in temperatures:
-                config = DecodeConfig(gen_length=gen_length, block_length=block_length, cache=cache,
-                                      temperature=temperature)
-                controller = build_controller("llada", steps=steps)
-
-                def ours() -> tuple[int, float, float]:
-                    r = decode(model, prompts, controller, config, seeds=list(range(batch)))
-                    return int(r.nfe[0]), r.forward_seconds, r.total_seconds
-
-                def bare() -> tuple[int, float, float]:
-                    _, nfe, f, t = bare_loop(model, prompts, gen_length, block_length, steps, cache, temperature)
-                    return nfe, f, t
-
-                def verify() -> tuple[int, float, float]:
-                    r = decode(model, prompts, _Verifying(controller), config, seeds=list(range(batch)))
-                    return int(r.nfe[0]), r.forward_seconds, r.total_seconds
-
-                fns = {"decode": ours, "bare": bare, "verify": verify}
+                fns = _loop_fns(model, prompts, gen_length, block_length, steps, cache, temperature)
                 for name, fn in ((name, fns[name]) for name in loops):
                     if progress:
                         progress(f"{name} batch={batch} cache={cache} T={temperature:g}")
                     nfe, f, t, mem = _measure(fn, repeats, model)
-                    steps_mb, tails_mb = mem.span_peaks_mb[1:], mem.tail_peaks_mb[1:]  # after the first step
-                    ms_step = 1000 * t / max(nfe, 1)
-                    fwd_step = 1000 * f / max(nfe, 1)
-                    rows.append(ProfileRow(
-                        loop=name, batch=batch, cache=cache, temperature=temperature, nfe=nfe, steps=nfe,
-                        ms_per_step=ms_step, forward_ms_per_step=fwd_step, rest_ms_per_step=ms_step - fwd_step,
-                        rest_over_forward=(ms_step - fwd_step) / max(fwd_step, 1e-9),
-                        ms_per_token=1000 * t / (batch * gen_length), peak_mb=mem.peak_mb,
-                        window_logits_mb=batch * block_length * vocab * itemsize / 2**20,
-                        first_step_peak_mb=mem.span_peaks_mb[0] if mem.span_peaks_mb else float("nan"),
-                        step_peak_mb=max(steps_mb, default=float("nan")), median_step_peak_mb=median(steps_mb),
-                        after_forward_peak_mb=max(tails_mb, default=float("nan")),
-                        median_after_forward_peak_mb=median(tails_mb),
-                    ))
+                    rows.append(_profile_row(name, batch, cache, temperature, nfe, f, t, mem,
+                                             window_logits_mb=batch * block_length * vocab * itemsize / 2**20,
+                                             gen_length=gen_length))
     return rows
+
+
+def _loop_fns(model: Any, prompts: list[list[int]], gen_length: int, block_length: int, steps: int, cache: str,
+              temperature: float) -> dict[str, Callable[[], tuple[int, float, float]]]:
+    """Each profiled loop on ``prompts`` as a call returning ``(NFE, forward seconds, total seconds)``."""
+    batch = len(prompts)
+    config = DecodeConfig(gen_length=gen_length, block_length=block_length, cache=cache,
+                          temperature=temperature)
+    controller = build_controller("llada", steps=steps)
+
+    def ours() -> tuple[int, float, float]:
+        r = decode(model, prompts, controller, config, seeds=list(range(batch)))
+        return int(r.nfe[0]), r.forward_seconds, r.total_seconds
+
+    def bare() -> tuple[int, float, float]:
+        _, nfe, f, t = bare_loop(model, prompts, gen_length, block_length, steps, cache, temperature)
+        return nfe, f, t
+
+    def verify() -> tuple[int, float, float]:
+        r = decode(model, prompts, _Verifying(controller), config, seeds=list(range(batch)))
+        return int(r.nfe[0]), r.forward_seconds, r.total_seconds
+
+    return {"decode": ours, "bare": bare, "verify": verify}
+
+
+def _profile_row(name: str, batch: int, cache: str, temperature: float, nfe: int, f: float, t: float, mem: Any,
+                 *, window_logits_mb: float, gen_length: int) -> ProfileRow:
+    """One configuration's row from its NFE, forward and total seconds and memory peaks (the step
+    peaks are taken after the first step)."""
+    steps_mb, tails_mb = mem.span_peaks_mb[1:], mem.tail_peaks_mb[1:]  # after the first step
+    ms_step = 1000 * t / max(nfe, 1)
+    fwd_step = 1000 * f / max(nfe, 1)
+    return ProfileRow(
+        loop=name, batch=batch, cache=cache, temperature=temperature, nfe=nfe, steps=nfe,
+        ms_per_step=ms_step, forward_ms_per_step=fwd_step, rest_ms_per_step=ms_step - fwd_step,
+        rest_over_forward=(ms_step - fwd_step) / max(fwd_step, 1e-9),
+        ms_per_token=1000 * t / (batch * gen_length), peak_mb=mem.peak_mb,
+        window_logits_mb=window_logits_mb,
+        first_step_peak_mb=mem.span_peaks_mb[0] if mem.span_peaks_mb else float("nan"),
+        step_peak_mb=max(steps_mb, default=float("nan")), median_step_peak_mb=median(steps_mb),
+        after_forward_peak_mb=max(tails_mb, default=float("nan")),
+        median_after_forward_peak_mb=median(tails_mb),
+    )
 
 
 def ratios(rows: Sequence[ProfileRow]) -> list[str]:

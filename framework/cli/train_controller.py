@@ -41,6 +41,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="task size knob, repeatable (e.g. --task-param digits=2)")
     p.add_argument("--out", default=None,
                    help="output folder (default: runs/controllers/TASK-MODEL, with -dagger or -rl appended)")
+    _add_method_options(p)
+    _add_rl_options(p)
+    _add_training_options(p)
+    p.set_defaults(func=run)
+
+
+def _add_method_options(p: argparse.ArgumentParser) -> None:
+    """How the policy is learned: method, policy kinds, their shape, the DAgger rounds."""
     p.add_argument("--method", default="imitation", choices=("imitation", "dagger", "rl"),
                    help="imitation (default), dagger (on-policy rounds) or rl (REINFORCE fine-tune)")
     p.add_argument("--policy", default="mlp,logreg",
@@ -57,6 +65,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="threshold the policy decodes with while DAgger visits states (default: 0.9)")
     p.add_argument("--window-arch", default="32,2,4", metavar="D,LAYERS,HEADS",
                    help="transformer width, layers and heads (default: 32,2,4)")
+
+
+def _add_rl_options(p: argparse.ArgumentParser) -> None:
+    """The RL fine-tune's options (``--rl-*``, ``--no-resume``)."""
     p.add_argument("--rl-iterations", type=int, default=20, help="RL: policy-gradient iterations (default: 20)")
     p.add_argument("--rl-prompts", type=int, default=16, help="RL: prompts per iteration (default: 16)")
     p.add_argument("--rl-group", type=int, default=4, help="RL: rollouts per prompt, the group baseline (default: 4)")
@@ -76,6 +88,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "TAU2), so commits that fail it return to the mask; calibration and the test decode then "
                         "use 'verified' too, and so should you (default: off)")
     p.add_argument("--no-resume", action="store_true", help="RL: start afresh even if a checkpoint exists")
+
+
+def _add_training_options(p: argparse.ArgumentParser) -> None:
+    """Data sizes, the optimiser, calibration, logging and the decoding options."""
     p.add_argument("--n-train", type=int, default=256, help="train-split prompts to roll out (default: 256)")
     p.add_argument("--n-val", type=int, default=64, help="validation prompts (default: 64)")
     p.add_argument("--n-test", type=int, default=200, help="test prompts for the report (default: 200)")
@@ -96,7 +112,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="device of the denoiser (default: cpu)")
     p.add_argument("--accelerator", default="cpu", help="Lightning accelerator for the MLP (default: cpu)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -220,22 +220,13 @@ def train_causal_lm(
     ``val_size``, ``n_test``, ...). ``wandb_mode``: offline (default), online or disabled.
     ``num_threads``: torch CPU threads (one is fastest on a shared machine).
     """
-    from pytorch_lightning.loggers import CSVLogger
-
     from framework.models.saved import default_cache_dir
     from framework.tasks.base import Task, get_task
     from framework.training.data import TaskDataModule
 
     if wandb_mode not in ("offline", "online", "disabled"):
         raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
-    unknown = set(overrides) - set(RECIPE)
-    if unknown:
-        raise TypeError(f"train_causal_lm() got unknown options {sorted(unknown)}; allowed: {', '.join(RECIPE)}")
-    r = {**RECIPE, **{k: v for k, v in overrides.items() if v is not None}}
-    if max_steps is not None:
-        r["max_steps"] = max_steps
-    if max_minutes is not None:
-        r["max_minutes"] = max_minutes
+    r = _recipe(overrides, max_steps, max_minutes)
     if num_threads:
         torch.set_num_threads(int(num_threads))
     task_obj = task if isinstance(task, Task) else get_task(task)
@@ -246,40 +237,77 @@ def train_causal_lm(
     module = CausalLMModule(task=task_obj.name, task_params=task_obj.get_params(),
                             model={k: r[k] for k in _ARCH}, lr=r["lr"], weight_decay=r["weight_decay"],
                             warmup_steps=r["warmup_steps"], max_steps=r["max_steps"],
-                            max_seconds=60.0 * r["max_minutes"] if r["max_minutes"] else None, corrupt=r["corrupt"])
+                            max_seconds=60.0 * r["max_minutes"] if r["max_minutes"] else None,
+                            corrupt=r["corrupt"])
     data = TaskDataModule(task_obj, batch_size=r["batch_size"], val_size=r["val_size"], seed=seed)
-    loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
-    if wandb_mode != "disabled":
-        from pytorch_lightning.loggers import WandbLogger
-
-        os.environ.setdefault("WANDB_SILENT", "true")
-        loggers.append(WandbLogger(project="adaptive-decoding", name=f"causal-lm-{task_obj.name}",
-                                   save_dir=str(out / "lightning"), mode=wandb_mode, config={"task": task_obj.name, **r}))
-    has_val = bool(r["val_size"])
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_steps=int(r["max_steps"]), logger=loggers,
-        enable_progress_bar=progress, enable_model_summary=progress, enable_checkpointing=False,
-        val_check_interval=min(int(r["val_every"]), int(r["max_steps"])) if has_val else None,
-        check_val_every_n_epoch=None, limit_val_batches=1.0 if has_val else 0, num_sanity_val_steps=0,
-        log_every_n_steps=25, default_root_dir=str(out / "lightning"), gradient_clip_val=1.0,
-    )
+    loggers = _loggers(out, task_obj.name, r, wandb_mode)
+    trainer = _trainer(r, loggers, out, progress)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*IterableDataset.*")
         trainer.fit(module, datamodule=data)
     secs = time.perf_counter() - (module._t0 or time.perf_counter())
     lm = module.lm.cpu().eval()
-    acc = trainer.callback_metrics.get("val/next_token_acc")
-    test = task_obj.examples("test", int(r["n_test"]), seed=seed) if r["n_test"] else []
-    em = ar_exact_match(lm, task_obj, test) if test else float("nan")
-    metrics = {"task": task_obj.name, "test_ar_exact_match": em, "n_test": len(test),
-               "val_next_token_acc": float(acc) if acc is not None else None,
-               "steps": int(trainer.global_step), "train_seconds": round(secs, 1), "seed": seed}
+    metrics = _measure(lm, task_obj, trainer, r, seed, secs)
     save_causal_lm(out, lm, task=task_obj, recipe=r, metrics=metrics)
     for lg in loggers[1:]:
         lg.experiment.finish()
-    return CausalTrainResult(path=out, task=task_obj.name, test_exact_match=em, next_token_acc=metrics["val_next_token_acc"],
-                             steps=int(trainer.global_step), train_seconds=secs, config=lm.config.to_dict())
+    return CausalTrainResult(path=out, task=task_obj.name, test_exact_match=metrics["test_ar_exact_match"],
+                             next_token_acc=metrics["val_next_token_acc"], steps=int(trainer.global_step),
+                             train_seconds=secs, config=lm.config.to_dict())
+
+
+def _recipe(overrides: dict[str, Any], max_steps: Optional[int], max_minutes: Optional[float]) -> dict[str, Any]:
+    """:data:`RECIPE` with the given overrides (``None`` keeps the default); an unknown key is refused."""
+    unknown = set(overrides) - set(RECIPE)
+    if unknown:
+        raise TypeError(f"train_causal_lm() got unknown options {sorted(unknown)}; allowed: {', '.join(RECIPE)}")
+    r = {**RECIPE, **{k: v for k, v in overrides.items() if v is not None}}
+    if max_steps is not None:
+        r["max_steps"] = max_steps
+    if max_minutes is not None:
+        r["max_minutes"] = max_minutes
+    return r
+
+
+def _loggers(out: Path, task_name: str, r: dict[str, Any], wandb_mode: str) -> list[Any]:
+    """A CSV logger under ``out/lightning``, and a W&B one unless ``wandb_mode`` is ``disabled``."""
+    from pytorch_lightning.loggers import CSVLogger
+
+    loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
+    if wandb_mode != "disabled":
+        from pytorch_lightning.loggers import WandbLogger
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        loggers.append(WandbLogger(project="adaptive-decoding", name=f"causal-lm-{task_name}",
+                                   save_dir=str(out / "lightning"), mode=wandb_mode,
+                                   config={"task": task_name, **r}))
+    return loggers
+
+
+def _trainer(r: dict[str, Any], loggers: list[Any], out: Path, progress: bool) -> pl.Trainer:
+    """The CPU trainer: ``max_steps`` steps, validation every ``val_every`` steps (none without a
+    validation set), gradients clipped at 1."""
+    has_val = bool(r["val_size"])
+    return pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=int(r["max_steps"]), logger=loggers,
+        enable_progress_bar=progress, enable_model_summary=progress, enable_checkpointing=False,
+        val_check_interval=min(int(r["val_every"]), int(r["max_steps"])) if has_val else None,
+        check_val_every_n_epoch=None, limit_val_batches=1.0 if has_val else 0, num_sanity_val_steps=0,
+        log_every_n_steps=25, default_root_dir=str(out / "lightning"), gradient_clip_val=1.0,
+    )
+
+
+def _measure(lm: CausalLM, task_obj: Any, trainer: pl.Trainer, r: dict[str, Any], seed: int,
+             secs: float) -> dict[str, Any]:
+    """The trained LM's figures: greedy exact match on ``n_test`` test examples, the last validation
+    next-token accuracy, steps and training time."""
+    acc = trainer.callback_metrics.get("val/next_token_acc")
+    test = task_obj.examples("test", int(r["n_test"]), seed=seed) if r["n_test"] else []
+    em = ar_exact_match(lm, task_obj, test) if test else float("nan")
+    return {"task": task_obj.name, "test_ar_exact_match": em, "n_test": len(test),
+            "val_next_token_acc": float(acc) if acc is not None else None,
+            "steps": int(trainer.global_step), "train_seconds": round(secs, 1), "seed": seed}
 
 
 # ---------------------------------------------------------------------- save / load / cache
