@@ -46,14 +46,16 @@ class MCRequest:
 
 
 def mask_counts(target_len: int, n: int, generator: torch.Generator) -> torch.Tensor:
-    """``n`` mask counts in ``1..target_len``, evenly spaced from one random start (LLaDA's low-variance draw)."""
+    """``n`` mask counts in ``1..target_len``, evenly spaced from one random start (LLaDA's low-variance
+    draw)."""
     k = int(torch.randint(1, target_len + 1, (), generator=generator))
     span = torch.linspace(float(k), k + (n - 1) * (target_len / n), steps=n, dtype=torch.float64)
     return (torch.round(span).long() - 1) % target_len + 1
 
 
 def draw_masks(target_len: int, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(masked [n, T] bool, counts [n])``: sample ``j`` masks ``counts[j]`` target positions chosen at random."""
+    """``(masked [n, T] bool, counts [n])``: sample ``j`` masks ``counts[j]`` target positions chosen at
+    random."""
     counts = mask_counts(target_len, n, generator)
     order = torch.arange(target_len)
     masked = torch.empty(n, target_len, dtype=torch.bool)
@@ -111,7 +113,8 @@ def mc_loglikelihoods(
     return [-total / mc_num if len(req.target) else 0.0 for total, req in zip(totals, requests)]
 
 
-def _add_batch_nll(model: Any, requests: Sequence[MCRequest], buffer: list[tuple[int, list[int], list[int], float]],
+def _add_batch_nll(model: Any, requests: Sequence[MCRequest],
+                   buffer: list[tuple[int, list[int], list[int], float]],
                    totals: list[float], pad: int, mask_id: int, cfg: float, device: Any) -> None:
     """One forward over the buffered rows: add each row's weighted NLL of its masked target tokens,
     (T / l) · Σ −log p(x_i), to its request's total."""

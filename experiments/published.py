@@ -72,8 +72,8 @@ def resolve_task(value: Any, tasks: Sequence[tuple[str, str]]) -> tuple[Optional
     if len(named) == 1:
         return named[0], ""
     if named:
-        return None, (f"task name {value!r} is listed {len(named)} times ({', '.join(named)}); name one with its "
-                      "parameters, as the report's rows do")
+        return None, (f"task name {value!r} is listed {len(named)} times ({', '.join(named)}); name one "
+                      f"with its parameters, as the report's rows do")
     return None, (f"unknown task {value!r}; allowed: a task of this file by its name, or its name with "
                   f"parameters as the report labels it." + _known(value, keys))
 
@@ -120,7 +120,8 @@ def _check_block(c: Any, b: dict, where: str, i: int, tasks: Sequence[tuple[str,
     rows = []
     raw_rows = b.get("rows")
     if not isinstance(raw_rows, list) or not raw_rows:
-        c.add(f"{where}.rows", "required: a non-empty list of {label:, strategy:, published: {column: number}}")
+        c.add(f"{where}.rows",
+              "required: a non-empty list of {label:, strategy:, published: {column: number}}")
         raw_rows = []
     for j, r in enumerate(raw_rows):
         rw = f"{where}.rows[{j}]"
@@ -143,7 +144,8 @@ def _check_block(c: Any, b: dict, where: str, i: int, tasks: Sequence[tuple[str,
             "columns": columns, "rows": rows}
 
 
-def _check_columns(c: Any, raw_cols: Any, where: str, tasks: Sequence[tuple[str, str]]) -> dict[str, Optional[str]]:
+def _check_columns(c: Any, raw_cols: Any, where: str,
+                   tasks: Sequence[tuple[str, str]]) -> dict[str, Optional[str]]:
     """A table's ``columns`` (title -> task of this file): each title's task key (``None`` if unknown)."""
     columns: dict[str, Optional[str]] = {}
     if not isinstance(raw_cols, dict) or not raw_cols:
@@ -158,7 +160,8 @@ def _check_columns(c: Any, raw_cols: Any, where: str, tasks: Sequence[tuple[str,
     return columns
 
 
-def _check_row_strategy(c: Any, strategy: Any, rw: str, columns: dict[str, Optional[str]], names: dict[str, str],
+def _check_row_strategy(c: Any, strategy: Any, rw: str, columns: dict[str, Optional[str]],
+                        names: dict[str, str],
                         strategies: Optional[dict[str, Optional[list]]]) -> Optional[str]:
     """A row's ``strategy``: a strategy label of this file that runs on every column's task (``None``
     when missing)."""
@@ -176,7 +179,8 @@ def _check_row_strategy(c: Any, strategy: Any, rw: str, columns: dict[str, Optio
     return strategy
 
 
-def _check_figures(c: Any, pub: Any, rw: str, columns: dict[str, Optional[str]]) -> dict[str, Optional[float]]:
+def _check_figures(c: Any, pub: Any, rw: str, columns: dict[str, Optional[str]]) -> dict[str,
+                                                                                         Optional[float]]:
     """A row's ``published`` figures: a number per known column."""
     figures: dict[str, Optional[float]] = {}
     if not isinstance(pub, dict):
@@ -221,7 +225,8 @@ def _paper_text(v: Optional[float]) -> str:
     return MISSING if v is None else f"{v:g}"
 
 
-def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = False) -> tuple[list[str], list[dict]]:
+def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = False) -> tuple[list[str],
+                                                                                              list[dict]]:
     """Markdown lines and JSON of every ``published`` table of ``runs`` (``RunInfo``), ours from the
     aggregated ``rows`` (:func:`experiments.report.aggregate`)."""
     md: list[str] = []
@@ -246,7 +251,8 @@ def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = Fa
                 md += [f"Source: {b['source'].rstrip('.')}.", ""]
             if b["note"]:
                 md += [b["note"], ""]
-            head = ["label", "strategy (this run)"] + [f"{col}: {who}" for col in cols for who in ("ours", "paper")]
+            head = ["label", "strategy (this run)"] + [f"{col}: {who}" for col in cols
+                                                       for who in ("ours", "paper")]
             md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             for tr in table_rows:
                 vals = [tr["label"], tr["strategy"] or MISSING]
@@ -257,7 +263,7 @@ def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = Fa
             seeds = sorted({s for tr in table_rows for c in tr["cells"].values() for s in (c["seeds"] or [])})
             md += ["", "Columns: " + "; ".join(f"{col} = task `{key or '?'}`" for col, key in cols.items())
                    + f". *ours*: run `{run.name}`, quality in percent (mean over seeds {seeds or '–'}; "
-                   f"{'/'.join(map(str, ns)) or '–'} test examples per cell) with NFE and tokens per forward; "
-                   f"*paper*: the published figure, as the experiment file gives it; {MISSING}: not run (yet) or "
-                   "not published.", ""]
+                   f"{'/'.join(map(str, ns)) or '–'} test examples per cell) with NFE and tokens per "
+                   f"forward; *paper*: the published figure, as the experiment file gives it; {MISSING}: "
+                   f"not run (yet) or not published.", ""]
     return md, out

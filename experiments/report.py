@@ -22,8 +22,10 @@ averaged over seeds (peak memory: the maximum). Per task the report shows
 ``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
 ``ms_per_token``, ``peak_mem_mb``, ``aup`` (its curve's); ``tasks`` maps each task's name (``exp /
 task`` when several experiments are reported) to ``{"experiment", "task", "quality_metric",
-"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched", "against_base"}``
-(``matched``: :func:`experiments.matched.matched_points`; ``against_base``: :func:`experiments.against_base.compare`); ``matched`` counts the tasks meeting the targets
+"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched",
+"against_base"}``
+(``matched``: :func:`experiments.matched.matched_points`; ``against_base``:
+:func:`experiments.against_base.compare`); ``matched`` counts the tasks meeting the targets
 (:func:`experiments.matched.matched_summary`); ``published`` lists
 the experiment files' ``published`` tables (:mod:`experiments.published`), shown in the markdown after
 the headline: ``{"experiment", "title", "source", "note", "columns": {title: task}, "rows": [{"label",
@@ -42,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from experiments.aup import task_aup
 from experiments.against_base import compare, compare_markdown, compare_summary
+from experiments.aup import task_aup
 from experiments.matched import matched_markdown, matched_points, matched_summary, summary_line
 from experiments.plots import KIND_COLOURS, KIND_ORDER, curves_of, pareto_front, plot_task, quality_label
 from experiments.published import published_tables
@@ -89,12 +91,14 @@ def find_runs(paths: Sequence["str | Path"]) -> list[RunInfo]:
         import yaml
 
         exp = yaml.safe_load((f / "experiment.yaml").read_text()) if (f / "experiment.yaml").is_file() else {}
-        runs.append(RunInfo(path=f, name=f.name, rows=rows, environment=env, invocations=inv, experiment=exp or {}))
+        runs.append(RunInfo(path=f, name=f.name, rows=rows, environment=env, invocations=inv,
+                            experiment=exp or {}))
     return runs
 
 
 def _mean(xs: Sequence[Any]) -> Optional[float]:
-    vals = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)]
+    vals = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)
+            and math.isfinite(x)]
     return sum(vals) / len(vals) if vals else None
 
 
@@ -120,7 +124,8 @@ def aggregate(runs: Sequence[RunInfo]) -> list[dict]:
             "higher_is_better": bool(first.get("higher_is_better", True)),
             "nfe": _mean([r["nfe"] for r in rows]), "tpf": _mean([r["tpf"] for r in rows]),
             "ms_per_token": _mean([r["ms_per_token"] for r in rows]),
-            "peak_mem_mb": max((r["peak_mem_mb"] for r in rows if r.get("peak_mem_mb") is not None), default=None),
+            "peak_mem_mb": max((r["peak_mem_mb"] for r in rows if r.get("peak_mem_mb") is not None),
+                               default=None),
             "lookahead_nfe": _mean([r.get("lookahead_nfe") for r in rows]),
             "n": first.get("n"), "seeds": sorted({r["seed"] for r in rows}),
             "metrics": {m: _mean([(r.get("metrics") or {}).get(m) for r in rows]) for m in metrics},
@@ -179,7 +184,8 @@ def _by_aup(rows: list[dict], aups: dict[str, float]) -> list[dict]:
     first = {}
     for r in sorted(rows, key=_sort_key):
         first.setdefault(r["curve"], _sort_key(r))
-    return sorted(rows, key=lambda r: (r["kind"] == "oracle", -aups.get(r["curve"], -math.inf), first[r["curve"]],
+    return sorted(rows,
+                  key=lambda r: (r["kind"] == "oracle", -aups.get(r["curve"], -math.inf), first[r["curve"]],
                                        r["curve"],
                                        r["tpf"] if r["tpf"] is not None else math.inf))
 
@@ -193,7 +199,8 @@ def headline(rows: list[dict], tolerance: float = 0.01) -> dict[str, Any]:
     if ref is not None and ref["quality"] is not None:
         hib = ref["higher_is_better"]
         ok = [r for r in rows if r["kind"] not in ("reference", "oracle") and r["quality"] is not None and
-              (r["quality"] >= ref["quality"] - tolerance if hib else r["quality"] <= ref["quality"] * (1 + tolerance))]
+              (r["quality"] >= ref["quality"] - tolerance if hib
+               else r["quality"] <= ref["quality"] * (1 + tolerance))]
         best = max(ok, key=lambda r: (r["tpf"] or 0.0), default=None)
     return {"reference": ref, "best": best, "oracle": oracle}
 
@@ -202,7 +209,8 @@ def _row_text(r: Optional[dict]) -> str:
     if r is None:
         return "–"
     q = "accuracy" if r["quality_metric"] == "accuracy" else r["quality_metric"]
-    return f"{r['strategy']} ({r['kind']}): {q} {_f(r['quality'])}, {_f(r['nfe'], 2)} NFE, {_f(r['tpf'], 2)} tokens/forward"
+    return (f"{r['strategy']} ({r['kind']}): {q} {_f(r['quality'])}, {_f(r['nfe'], 2)} NFE, "
+            f"{_f(r['tpf'], 2)} tokens/forward")
 
 
 def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "docs", *,
@@ -258,8 +266,8 @@ _READING = [
     "controllers; `oracle` commits exactly the tokens the reference ends with, the upper bound on tokens "
     "per forward at the reference's output.",
     "- *tokens per forward* = generated positions / NFE, averaged over samples.",
-    "- *AUP* (accuracy under parallelism, the d3LLM leaderboard's score): over a curve's points (ρ tokens per "
-    "forward, y accuracy in percent) sorted by ρ, those more than 5 points below the first dropped, "
+    "- *AUP* (accuracy under parallelism, the d3LLM leaderboard's score): over a curve's points (ρ tokens "
+    "per forward, y accuracy in percent) sorted by ρ, those more than 5 points below the first dropped, "
     "AUP = ρ₁·y₁ + Σ ½(ρᵢ − ρᵢ₋₁)(yᵢ·W(yᵢ) + yᵢ₋₁·W(yᵢ₋₁)) with W(y) = min(exp(−3(1 − y/y_max)), 1): "
     "the area under the curve, discounting accuracy lost against the best strategy. A curve is the "
     "points of one sweep. A single point scores its unweighted rectangle ρ·y (as in the reference), so a "
@@ -269,11 +277,11 @@ _READING = [
 def _intro_markdown(runs: Sequence[Any], title: str, command: Optional[str]) -> list[str]:
     """The report's title, how its figures were measured, and the setup of every run."""
     md: list[str] = [f"# {title}", ""]
-    md += [f"Generated by `{command or 'adec report'}` from {len(runs)} run folder(s); every figure below was "
-           "measured in one run per experiment, all strategies side by side on the same model, the same test "
-           "examples and the same seeds. NFE (forward passes per sample, lookahead rollouts included) is "
-           "exact; ms per token is the wall time of the whole decode divided by the generated positions; peak "
-           "memory is measured above the process's memory at the start of each cell.", ""]
+    md += [f"Generated by `{command or 'adec report'}` from {len(runs)} run folder(s); every figure below "
+           f"was measured in one run per experiment, all strategies side by side on the same model, the "
+           f"same test examples and the same seeds. NFE (forward passes per sample, lookahead rollouts "
+           f"included) is exact; ms per token is the wall time of the whole decode divided by the generated "
+           f"positions; peak memory is measured above the process's memory at the start of each cell.", ""]
     md += ["## Setup", ""]
     for run in runs:
         md += _run_setup(run)
@@ -293,8 +301,8 @@ def _run_setup(run: Any) -> list[str]:
     cmds = sorted({i["command"] for i in run.invocations if i.get("command")})
     if cmds:
         md.append("- commands: " + "; ".join(f"`{c}`" for c in cmds))
-    md.append(f"- seeds: {exp.get('seeds', [0])}; {exp.get('n', 100)} {exp.get('split', 'test')} examples per "
-              f"cell (data seed {exp.get('data_seed', 0)}); batch size {exp.get('batch_size', 64)}; "
+    md.append(f"- seeds: {exp.get('seeds', [0])}; {exp.get('n', 100)} {exp.get('split', 'test')} examples "
+              f"per cell (data seed {exp.get('data_seed', 0)}); batch size {exp.get('batch_size', 64)}; "
               f"timing: median of {exp.get('repeats', 1)} run(s)")
     models = sorted({str(r.get("model")) for r in run.rows})
     md.append(f"- models: {', '.join(models)}")
@@ -342,8 +350,8 @@ def _task_section(name: str, slug: str, trows: list[dict], scores: dict,
               f"seeds {seeds})", scores["aup"])
     md = [f"## {name}", "", f"![{name}: quality versus tokens per forward](plots/{png.name})", ""]
     if scores["aup"]:
-        md += [f"Sorted by AUP (y_max = {scores['y_max']:.1f} %, the best accuracy on this task); the rows of "
-               "a curve share its AUP; the oracle, a bound, comes last.", ""]
+        md += [f"Sorted by AUP (y_max = {scores['y_max']:.1f} %, the best accuracy on this task); the rows "
+               f"of a curve share its AUP; the oracle, a bound, comes last.", ""]
     elif scores["note"]:
         md += [scores["note"][0].upper() + scores["note"][1:] + ".", ""]
     md += _task_table(trows)
@@ -362,7 +370,8 @@ def _task_table(trows: list[dict]) -> list[str]:
             *extra, "NFE", "tokens per forward", "ms per token", "peak memory (MB)"]
     md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in trows:
-        vals = [r["strategy"], _f(r["aup"], 1), r["kind"], "yes" if r["lookahead"] else "no", _f(r["quality"])]
+        vals = [r["strategy"], _f(r["aup"], 1), r["kind"], "yes" if r["lookahead"] else "no",
+                _f(r["quality"])]
         if qname != "accuracy":
             vals.append(_f(r["accuracy"]))
         vals += [_f(r["metrics"].get(m)) for m in extra]

@@ -88,13 +88,14 @@ def read_samples(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-SUMMARY_COLUMNS = ("task", "strategy", "kind", "seed", "n", "quality_metric", "quality", "accuracy", "nfe", "tpf",
-                   "ms_per_token", "peak_mem_mb", "lookahead", "cell")
+SUMMARY_COLUMNS = ("task", "strategy", "kind", "seed", "n", "quality_metric", "quality", "accuracy", "nfe",
+                   "tpf", "ms_per_token", "peak_mem_mb", "lookahead", "cell")
 
 
 def summary_markdown(rows: list[dict]) -> str:
     metric_names = sorted({m for r in rows for m in (r.get("metrics") or {})})
-    head = ["task", "strategy", "kind", "seed", "n", "accuracy", *metric_names, "NFE", "tok/fwd", "ms/tok", "peak MB"]
+    head = ["task", "strategy", "kind", "seed", "n", "accuracy", *metric_names, "NFE", "tok/fwd", "ms/tok",
+            "peak MB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         vals = [r["task"], r["strategy"], r["kind"], str(r["seed"]), str(r["n"]), _fmt(r["accuracy"])]
@@ -228,7 +229,8 @@ def _prepare_run_dir(exp: Experiment, run_dir: Path, overwrite: bool, world_size
                              "source": exp.source, "world_size": world_size}) + "\n")
 
 
-def _finished_cells(cells: list[Cell], cells_dir: Path, run_dir: Path, dist: Any) -> tuple[list[str], list[Cell]]:
+def _finished_cells(cells: list[Cell], cells_dir: Path, run_dir: Path, dist: Any) -> tuple[list[str],
+                                                                                           list[Cell]]:
     """The ids of the cells already finished (rank 0's view, broadcast) and the cells still to run;
     rank 0 says so and warns of finished cells whose input files changed since."""
     done = [c.id for c in cells if (cells_dir / c.id / "summary.json").is_file()]
@@ -245,7 +247,8 @@ def _finished_cells(cells: list[Cell], cells_dir: Path, run_dir: Path, dist: Any
     return done, todo
 
 
-def _run_cells(todo: list[Cell], exp: Experiment, dist: Any, cells_dir: Path, device: Any, tasks: dict[str, Any],
+def _run_cells(todo: list[Cell], exp: Experiment, dist: Any, cells_dir: Path, device: Any,
+               tasks: dict[str, Any],
                max_cells: Optional[int], evaluated: list[str], bar: Any, wb: Any) -> bool:
     """Evaluate the unfinished cells in order (rank 0 writes each, logs it to W&B), appending each id
     to ``evaluated``; returns whether ``max_cells`` stopped the run early."""
@@ -260,7 +263,8 @@ def _run_cells(todo: list[Cell], exp: Experiment, dist: Any, cells_dir: Path, de
         result = evaluate_cell(cell, loaded, task, exp, dist)
         seconds = time.perf_counter() - t0
         if dist.is_main:
-            row = _write_cell(cell, cells_dir / cell.id, result, task, device, seconds, dist.world_size, loaded)
+            row = _write_cell(cell, cells_dir / cell.id, result, task, device, seconds, dist.world_size,
+                              loaded)
             _log_wandb(wb, cell, row)
         evaluated.append(cell.id)
         if bar is not None:
@@ -343,8 +347,8 @@ def _refresh_finished(cell: Cell, folder: Path, tasks: dict, device: str) -> Non
             if m.per_sample is not None:
                 for s, v in zip(samples, m.per_sample):
                     s.setdefault("metrics", {})[name] = v
-        _write_atomic(folder / "samples.jsonl", "".join(json.dumps(_clean(s), default=_json_default,
-                                                                      ensure_ascii=False) + "\n" for s in samples))
+        lines = (json.dumps(_clean(s), default=_json_default, ensure_ascii=False) + "\n" for s in samples)
+        _write_atomic(folder / "samples.jsonl", "".join(lines))
         summary.setdefault("metrics", {}).update({k: _clean(v.value) for k, v in metrics.items()})
     summary["higher_is_better"] = _higher_is_better(cell.task.quality)
     _set_quality(summary, cell.task.quality)
@@ -364,7 +368,8 @@ def _write_summary(exp: Experiment, cells: list[Cell], cells_dir: Path, run_dir:
         if f.is_file():
             rows.append(json.loads(f.read_text()))
     _write_atomic(run_dir / "summary.json", json.dumps(rows, indent=2) + "\n")
-    _write_atomic(run_dir / "summary.md", f"# {exp.name}: {len(rows)} of {len(cells)} cells\n\n" + summary_markdown(rows))
+    _write_atomic(run_dir / "summary.md",
+                  f"# {exp.name}: {len(rows)} of {len(cells)} cells\n\n" + summary_markdown(rows))
     buf = io.StringIO()
     w = csv.writer(buf)
     metric_names = sorted({m for r in rows for m in (r.get("metrics") or {})})
@@ -383,7 +388,8 @@ def _log_wandb(wb: Any, cell: Cell, row: dict) -> None:
         prefix = f"{cell.task.key}/{cell.strategy.label}/s{cell.seed}"
         data = {f"{prefix}/{k}": row[k] for k in ("accuracy", "nfe", "tpf", "ms_per_token", "peak_mem_mb")
                 if isinstance(row.get(k), (int, float))}
-        data.update({f"{prefix}/{k}": v for k, v in (row.get("metrics") or {}).items() if isinstance(v, (int, float))})
+        data.update({f"{prefix}/{k}": v for k, v in (row.get("metrics") or {}).items()
+                     if isinstance(v, (int, float))})
         data["cells_done"] = cell.index + 1
         wb.log(data)
     except Exception as exc:  # noqa: BLE001

@@ -2,7 +2,8 @@
 
 One epoch = one policy-gradient iteration: draw ``prompts`` training prompts (when the epoch first
 reads its data), decode each ``group`` times with the current policy sampling its commits, score
-the answers, compute group advantages, then take gradient steps over the recorded steps. Writes ``rl/`` under the output
+the answers, compute group advantages, then take gradient steps over the recorded steps. Writes ``rl/``
+under the output
 folder: ``current.pt`` (the policy the rollouts used), Lightning checkpoints (``last.ckpt``, the
 resume point), CSV and W&B (offline) logs with ``reward``, ``accuracy``, ``nfe`` per epoch.
 """
@@ -63,7 +64,8 @@ def _rl_module_class() -> type:
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             x, valid, actions, adv = batch
-            loss = reinforce_loss(self.net, x, valid, actions, adv, self.hparams.threshold, self.hparams.temperature)
+            loss = reinforce_loss(self.net, x, valid, actions, adv, self.hparams.threshold,
+                                  self.hparams.temperature)
             self.log("pg_loss", loss, on_step=False, on_epoch=True, batch_size=len(x))
             return loss
 
@@ -106,7 +108,8 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
     loggers = _loggers(out, f"rl-{kind}-{Path(out_dir).name}", wandb_mode)
     last, resumed = _fit(module, _Minibatches(module, seed, minibatch), out, loggers, iterations=iterations,
                          resume=resume, verbose=verbose)
-    info = {"iterations": iterations, "prompts": prompts, "group": group, "lambda": lam, "reward": reward_form,
+    info = {"iterations": iterations, "prompts": prompts, "group": group, "lambda": lam,
+            "reward": reward_form,
             "threshold": threshold, "temperature": temperature,
             "normalise": normalise, "lr": lr, "history": collector.history, "last_checkpoint": str(last),
             "resumed": resumed}
@@ -122,7 +125,8 @@ class _Minibatches(IterableDataset):
     def __iter__(self) -> Any:
         tensors = self.module.rollouts()
         n = len(tensors[0])
-        order = torch.randperm(n, generator=torch.Generator().manual_seed(self.seed + self.module.buffer_epoch))
+        order = torch.randperm(n,
+                               generator=torch.Generator().manual_seed(self.seed + self.module.buffer_epoch))
         for s in range(0, n, self.minibatch):
             yield tuple(t[order[s:s + self.minibatch]] for t in tensors)
 
@@ -132,21 +136,23 @@ class _RolloutCollector:
     samples of each of ``prompts`` training prompts with it (sampling its commits), score them,
     and turn rewards r(correct, NFE) into group advantages A over the recorded steps."""
 
-    def __init__(self, module: Any, start: Any, current: Path, loaded: Any, task: Any, config: DecodeConfig, *,
-                 prompts: int, group: int, lam: float, reward_form: str, normalise: bool, temperature: float,
-                 threshold: float, verify_threshold: Optional[float], seed: int, data_seed: int,
-                 decode_batch_size: int, verbose: bool) -> None:
+    def __init__(self, module: Any, start: Any, current: Path, loaded: Any, task: Any, config: DecodeConfig,
+                 *, prompts: int, group: int, lam: float, reward_form: str, normalise: bool,
+                 temperature: float, threshold: float, verify_threshold: Optional[float], seed: int,
+                 data_seed: int, decode_batch_size: int, verbose: bool) -> None:
         self.module, self.start, self.current, self.loaded, self.task, self.config = (
             module, start, current, loaded, task, config)
         self.prompts, self.group, self.lam, self.reward_form, self.normalise = (
             prompts, group, lam, reward_form, normalise)
         self.temperature, self.threshold, self.verify_threshold = temperature, threshold, verify_threshold
-        self.seed, self.data_seed, self.decode_batch_size, self.verbose = seed, data_seed, decode_batch_size, verbose
+        self.seed, self.data_seed = seed, data_seed
+        self.decode_batch_size, self.verbose = decode_batch_size, verbose
         self.history: list[dict[str, float]] = []
 
     def __call__(self, epoch: int) -> tuple:
         module, kind, G = self.module, self.start.kind, self.config.gen_length
-        save_policy(copy.deepcopy(module.net).cpu().eval(), self.current, kind=kind, threshold=self.start.threshold,
+        save_policy(copy.deepcopy(module.net).cpu().eval(), self.current, kind=kind,
+                    threshold=self.start.threshold,
                     meta={**self.start.meta, "rl_epoch": epoch})
         examples = list(rollout_prompts(self.task, self.prompts, epoch, self.data_seed))
         jobs = [(g, ex, k) for g, ex in enumerate(examples) for k in range(self.group)]
@@ -218,7 +224,8 @@ def _fit(module: Any, minibatches: _Minibatches, out: Path, loggers: list[Any], 
     if resumed:
         module.first_epoch = int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1
     with quiet_lightning(True):
-        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=iterations, logger=loggers, callbacks=[ckpt],
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=iterations, logger=loggers,
+                             callbacks=[ckpt],
                              enable_progress_bar=verbose and sys.stderr.isatty(),
                              enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
                              default_root_dir=str(out / "lightning"), deterministic=True)

@@ -86,18 +86,21 @@ class CausalLM(nn.Module):
         return self.head.weight.device
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        b, l = input_ids.shape
-        if l > self.config.max_len:
-            raise ValueError(f"sequence of {l} tokens is longer than the causal LM's max_len={self.config.max_len}")
-        h = self.tok(input_ids) + self.pos(torch.arange(l, device=input_ids.device))[None]
-        causal = torch.triu(torch.full((l, l), float("-inf"), device=input_ids.device), diagonal=1)
+        b, seq_len = input_ids.shape
+        if seq_len > self.config.max_len:
+            raise ValueError(f"sequence of {seq_len} tokens is longer than the causal LM's "
+                             f"max_len={self.config.max_len}")
+        h = self.tok(input_ids) + self.pos(torch.arange(seq_len, device=input_ids.device))[None]
+        causal = torch.triu(torch.full((seq_len, seq_len), float("-inf"), device=input_ids.device),
+                            diagonal=1)
         h = self.blocks(h, mask=causal, is_causal=True)  # right padding never reaches earlier positions
         return self.head(self.norm(h))
 
 
 def token_logprobs(model: CausalLM, ids: torch.Tensor) -> torch.Tensor:
     """``out[:, i] = log q(x_i | x_{<i})`` ``[B, L]`` (0 at i = 0)."""
-    logits = model(ids[:, :-1]) if ids.shape[1] > 1 else ids.new_zeros((ids.shape[0], 0, model.vocab_size)).float()
+    empty = ids.new_zeros((ids.shape[0], 0, model.vocab_size)).float()
+    logits = model(ids[:, :-1]) if ids.shape[1] > 1 else empty
     lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     return torch.cat([torch.zeros_like(ids[:, :1], dtype=torch.float), lp], 1)
 
@@ -119,9 +122,10 @@ def generate_greedy(model: CausalLM, prompts: Sequence[Sequence[int]], gen_lengt
 class CausalLMModule(pl.LightningModule):
     """:class:`CausalLM` trained on one task with next-token CE on the answer slot (see module doc)."""
 
-    def __init__(self, task: str = "addition", task_params: Optional[dict] = None, model: Optional[dict] = None,
-                 lr: float = 2e-3, weight_decay: float = 0.01, warmup_steps: int = 100, max_steps: int = 1500,
-                 max_seconds: Optional[float] = None, corrupt: float = 0.5) -> None:
+    def __init__(self, task: str = "addition", task_params: Optional[dict] = None,
+                 model: Optional[dict] = None, lr: float = 2e-3, weight_decay: float = 0.01,
+                 warmup_steps: int = 100, max_steps: int = 1500, max_seconds: Optional[float] = None,
+                 corrupt: float = 0.5) -> None:
         super().__init__()
         from framework.tasks.base import get_task
 
@@ -153,7 +157,8 @@ class CausalLMModule(pl.LightningModule):
             self.trainer.should_stop = True
 
     def configure_optimizers(self) -> Any:
-        opt = torch.optim.AdamW(self.lm.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
+        opt = torch.optim.AdamW(self.lm.parameters(), lr=self.hparams.lr,
+                                weight_decay=self.hparams.weight_decay,
                                 betas=(0.9, 0.98))
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
@@ -206,7 +211,8 @@ def ar_exact_match(model: CausalLM, task: Any, examples: Sequence[Any]) -> float
         return float("nan")
     gen = generate_greedy(model, [task.prompt_ids(e) for e in examples], task.gen_length)
     tok = task.tokenizer
-    return sum(task.score(e, tok.decode(g.tolist(), stop_at_eos=True)) for e, g in zip(examples, gen)) / len(examples)
+    return sum(task.score(e, tok.decode(g.tolist(), stop_at_eos=True))
+               for e, g in zip(examples, gen)) / len(examples)
 
 
 def train_causal_lm(
@@ -257,11 +263,13 @@ def train_causal_lm(
                              train_seconds=secs, config=lm.config.to_dict())
 
 
-def _recipe(overrides: dict[str, Any], max_steps: Optional[int], max_minutes: Optional[float]) -> dict[str, Any]:
+def _recipe(overrides: dict[str, Any], max_steps: Optional[int], max_minutes: Optional[float]) -> dict[str,
+                                                                                                       Any]:
     """:data:`RECIPE` with the given overrides (``None`` keeps the default); an unknown key is refused."""
     unknown = set(overrides) - set(RECIPE)
     if unknown:
-        raise TypeError(f"train_causal_lm() got unknown options {sorted(unknown)}; allowed: {', '.join(RECIPE)}")
+        raise TypeError(f"train_causal_lm() got unknown options {sorted(unknown)}; allowed: "
+                        f"{', '.join(RECIPE)}")
     r = {**RECIPE, **{k: v for k, v in overrides.items() if v is not None}}
     if max_steps is not None:
         r["max_steps"] = max_steps
@@ -311,12 +319,14 @@ def _measure(lm: CausalLM, task_obj: Any, trainer: pl.Trainer, r: dict[str, Any]
 
 
 # ---------------------------------------------------------------------- save / load / cache
-def save_causal_lm(folder: "str | os.PathLike", lm: CausalLM, *, task: Any, recipe: dict, metrics: dict) -> Path:
+def save_causal_lm(folder: "str | os.PathLike", lm: CausalLM, *, task: Any, recipe: dict,
+                   metrics: dict) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     torch.save({k: v.detach().cpu() for k, v in lm.state_dict().items()}, folder / "model.pt")
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    cfg = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": lm.config.to_dict(), "task": task.name,
+    cfg = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": lm.config.to_dict(),
+           "task": task.name,
            "task_params": task.get_params(), "vocab": list(task.tokenizer.vocab), "recipe": recipe}
     (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")  # last: marks completeness
     return folder
@@ -354,7 +364,8 @@ def causal_lm_dir(task: str) -> Path:
 _CACHE: dict[tuple[str, str], CausalLM] = {}
 
 
-def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True, progress: bool = True) -> CausalLM:
+def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True,
+                   progress: bool = True) -> CausalLM:
     """The cached verifier LM of a built-in task (trained on first use, then reused; per process too)."""
     from framework.models.saved import CheckpointError, _lock
 
@@ -364,8 +375,9 @@ def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True
     folder = causal_lm_dir(task)
     if not (folder / "config.json").exists():
         if not train_if_missing:
-            raise CheckpointError(f"{folder / 'config.json'}: file not found (the causal LM of task {task!r} is "
-                                  f"not trained yet; call framework.training.causal_lm.train_causal_lm({task!r}) or allow "
+            raise CheckpointError(f"{folder / 'config.json'}: file not found (the causal LM of task "
+                                  f"{task!r} is not trained yet; call "
+                                  f"framework.training.causal_lm.train_causal_lm({task!r}) or allow "
                                   f"train_if_missing)")
         with _lock(folder.parent / f".causal-{task}.lock"):
             if not (folder / "config.json").exists():
@@ -374,10 +386,12 @@ def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True
                 staging = folder.parent / f".causal-{task}.partial-{os.getpid()}"
                 res = train_causal_lm(task, out_dir=staging, progress=progress,
                                       wandb_mode=os.environ.get("WANDB_MODE", "offline")
-                                      if os.environ.get("WANDB_MODE") in ("offline", "online", "disabled") else "offline")
+                                      if os.environ.get("WANDB_MODE") in ("offline", "online",
+                                                                          "disabled") else "offline")
                 if folder.exists() and not any(folder.iterdir()):
                     folder.rmdir()
                 os.replace(staging, folder)
-                print(f"adec: {res.summary().replace(str(staging), str(folder))}", file=sys.stderr, flush=True)
+                print(f"adec: {res.summary().replace(str(staging), str(folder))}", file=sys.stderr,
+                      flush=True)
     _CACHE[key] = load_causal_lm_folder(folder, device=device)
     return _CACHE[key]

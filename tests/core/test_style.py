@@ -54,7 +54,8 @@ def test_ruff_check_passes():
 def test_no_function_is_longer_than_the_limit():
     too_long = [f"{path.relative_to(ROOT)}:{line} {name} ({length} lines)"
                 for pkg in PACKAGES for path in sorted((ROOT / pkg).rglob("*.py"))
-                for name, line, length in long_functions(path.read_text(encoding="utf-8"), MAX_FUNCTION_LINES)]
+                for name, line, length in long_functions(path.read_text(encoding="utf-8"),
+                                                         MAX_FUNCTION_LINES)]
     assert too_long == []
 
 
