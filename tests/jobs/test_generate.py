@@ -89,7 +89,8 @@ class PromptEcho(nn.Module):
         rel = (torch.arange(l)[None] - plen[:, None]).clamp(min=0)
         logits = torch.zeros(b, l, V)
         logits[..., 20:] = -30.0
-        logits.scatter_(2, (10 + (s[:, None] + rel) % 10)[..., None], torch.tensor(self.CONF)[rel % 4][..., None])
+        logits.scatter_(2, (10 + (s[:, None] + rel) % 10)[..., None],
+                        torch.tensor(self.CONF)[rel % 4][..., None])
         own = torch.full((b, l, V), -10.0).scatter_(2, x[..., None], 10.0)
         return torch.where((x != MASK)[..., None], own, logits)
 
@@ -379,7 +380,8 @@ sys.exit(cli.main(["generate", "--input", {inp!r}, "--output", {out!r}, "--model
 
 
 @pytest.mark.slow  # a fresh interpreter imports every command (Lightning included): ~5-15 s
-def test_sigterm_stops_adec_generate_like_ctrl_c_and_the_rerun_completes(tmp_path, reference, monkeypatch, capsys):
+def test_sigterm_stops_adec_generate_like_ctrl_c_and_the_rerun_completes(tmp_path, reference, monkeypatch,
+                                                                         capsys):
     from framework import cli
     from framework.cli import generate
 
@@ -402,7 +404,8 @@ def test_sigterm_stops_adec_generate_like_ctrl_c_and_the_rerun_completes(tmp_pat
 def test_output_with_other_settings_or_a_corrupt_row_is_refused(tmp_path, reference):
     out = tmp_path / "o.jsonl"
     job(out, items=items_of(PROMPTS[:3]))
-    with pytest.raises(OutputFileError, match=r"o.jsonl holds 3 rows written with other settings .*--overwrite"):
+    with pytest.raises(OutputFileError,
+                       match=r"o.jsonl holds 3 rows written with other settings .*--overwrite"):
         job(out, controller=FastDLLM(threshold=0.7))
     lines = out.read_text().splitlines()
     out.write_text(lines[0] + "\n" + '{"id": "x"}\n' + lines[1] + "\n")
@@ -424,7 +427,8 @@ def test_retry_errors_reruns_only_the_error_rows_and_a_locked_output_is_refused(
     s = job(out, items=items_of(PROMPTS[:3]), controller=Picky(threshold=0.5), fallback_controller=None,
             retry_errors=True)
     rows = by_id(out)
-    assert (s.already_done, s.done) == (2, 1) and all(r["status"] == "ok" for r in rows.values()) and len(rows) == 3
+    assert (s.already_done, s.done) == (2, 1)
+    assert all(r["status"] == "ok" for r in rows.values()) and len(rows) == 3
     holder = ResultFile(str(out))
     holder.open()
     try:
@@ -442,8 +446,9 @@ def test_controller_that_raises_on_one_item_falls_back_and_is_marked(tmp_path, r
     assert set(rows) == set(reference) and s.done == 12 and s.failed == 0
     bad = rows["q5"]
     assert bad["status"] == "ok" and bad["fallback"] is True and bad["controller"] == "sequential"
-    assert bad["fallback_reason"] == ("controller 'picky' raised: RuntimeError: picky controller refuses this "
-                                      "prompt (failed 2 times); decoded with 'sequential' without lookahead")
+    assert bad["fallback_reason"] == ("controller 'picky' raised: RuntimeError: picky controller refuses "
+                                      "this prompt (failed 2 times); decoded with 'sequential' without "
+                                      "lookahead")
     assert bad["text"] == reference["q5"]["text"] and bad["nfe"] == G and bad["retries"] == 1
     others = {i: r for i, r in results(rows).items() if i != "q5"}
     assert others == {i: {**r, "controller": "picky"} for i, r in results(reference).items() if i != "q5"}
@@ -518,7 +523,8 @@ def test_too_long_empty_and_unencodable_prompts_are_error_rows_and_the_job_goes_
                                      "context of 24 positions")
     assert rows["long"]["error_type"] == "too_long"
     assert rows["empty"]["error"] == rows["blank"]["error"] == "prompt is empty"
-    assert rows["alien"]["error"] == ("the tokenizer cannot encode the prompt: ValueError: unknown character 'x'")
+    assert rows["alien"]["error"] == ("the tokenizer cannot encode the prompt: ValueError: unknown "
+                                      "character 'x'")
 
 
 def test_model_failure_on_one_item_is_isolated_retried_then_an_error_row(tmp_path, reference):
@@ -594,14 +600,17 @@ def test_out_of_range_parameters_are_refused_before_any_work(tmp_path):
     den = PromptEcho()
     out = tmp_path / "o.jsonl"
     cases = [
-        (dict(controller=lambda **o: Knobs.build(eta=1.5)), "Knobs.eta=1.5 is out of range; allowed: number in [0, 1]"),
-        (dict(controller=lambda **o: Knobs.build(k=0)), "Knobs.k=0 is out of range; allowed: integer in [1, inf)"),
+        (dict(controller=lambda **o: Knobs.build(eta=1.5)),
+         "Knobs.eta=1.5 is out of range; allowed: number in [0, 1]"),
+        (dict(controller=lambda **o: Knobs.build(k=0)),
+         "Knobs.k=0 is out of range; allowed: integer in [1, inf)"),
         (dict(controller=lambda **o: Knobs.build(depth=-1)),
          "Knobs.depth=-1 is out of range; allowed: integer in [0, inf)"),
         (dict(config=DecodeConfig(gen_length=8, block_length=3)),
          "block_length=3 does not divide gen_length=8; allowed: a divisor of 8 (1, 2, 4, 8)"),
         (dict(batch_size=0), "batch_size=0 is out of range; allowed: integer in [1, inf)"),
-        (dict(item_timeout_s=-1.0), "item_timeout_s=-1.0 is out of range; allowed: number in (0, inf) or null"),
+        (dict(item_timeout_s=-1.0),
+         "item_timeout_s=-1.0 is out of range; allowed: number in (0, inf) or null"),
     ]
     for kw, message in cases:
         with pytest.raises(ParameterError) as err:
@@ -613,7 +622,8 @@ def test_out_of_range_parameters_are_refused_before_any_work(tmp_path):
 def test_invalid_per_item_params_refuse_listing_all_or_skip(tmp_path):
     items = [PromptItem("abc", "a", line=1), PromptItem("j", "b", {"eta": 1.5}, line=2),
              PromptItem("hh", "c", {"k": 0}, line=3), PromptItem("ji", "d", {"block_length": 3}, line=4),
-             PromptItem("e", "e", {"etaa": 0.2}, line=5), PromptItem("dd", "f", {"k": 3, "gen_length": 4}, line=6)]
+             PromptItem("e", "e", {"etaa": 0.2}, line=5),
+             PromptItem("dd", "f", {"k": 3, "gen_length": 4}, line=6)]
     den = PromptEcho()
     out = tmp_path / "o.jsonl"
     with pytest.raises(JobInputError) as err:
@@ -622,10 +632,10 @@ def test_invalid_per_item_params_refuse_listing_all_or_skip(tmp_path):
         "4 items with invalid params; the job did not start (use --on-bad-line skip to run the others):\n"
         "  line 2: params: Knobs.eta=1.5 is out of range; allowed: number in [0, 1]\n"
         "  line 3: params: Knobs.k=0 is out of range; allowed: integer in [1, inf)\n"
-        "  line 4: params: block_length=3 does not divide gen_length=8; allowed: a divisor of 8 (1, 2, 4, 8)\n"
-        "  line 5: params: unknown key 'etaa'; decoding options: block_length, cache, cache_refresh, eos_fill, "
-        "eos_fill_threshold, gen_length, lookahead_budget, remask_budget, remask_per_position, seed, temperature, "
-        "verification; Knobs parameters: depth, eta, k"
+        "  line 4: params: block_length=3 does not divide gen_length=8; allowed: a divisor of 8 (1, 2, 4, "
+        "8)\n  line 5: params: unknown key 'etaa'; decoding options: block_length, cache, cache_refresh, "
+        "eos_fill, eos_fill_threshold, gen_length, lookahead_budget, remask_budget, remask_per_position, "
+        "seed, temperature, verification; Knobs parameters: depth, eta, k"
     )
     assert den.calls == 0 and not out.exists()
     s = job(out, den, items=items, controller=Knobs(), on_error="skip")
@@ -644,7 +654,8 @@ def test_validate_row_names_every_problem(reference):
         validate_row(bad)
     assert str(err.value) == ("row 'q0': unknown field 'extra'; missing field 'seed'; "
                               "'nfe' must be an integer or null, got str")
-    with pytest.raises(RowSchemaError, match="'fallback_reason' must be a string exactly when 'fallback' is true"):
+    with pytest.raises(RowSchemaError,
+                       match="'fallback_reason' must be a string exactly when 'fallback' is true"):
         validate_row({**row, "fallback": True})
     with pytest.raises(RowSchemaError, match="status 'ok' must have null 'error' and 'error_type'"):
         validate_row({**row, "error": "x", "error_type": "model"})
@@ -681,9 +692,11 @@ def test_item_deadline_is_checked_before_a_windowed_models_forwards_too():
     from framework.jobs.guards import _DeadlineModel
     from framework.models.tiny import TinyConfig, TinyDenoiser
 
-    tiny = TinyDenoiser(TinyConfig(vocab_size=12, mask_token_id=11, pad_token_id=0, eos_token_id=1, max_len=16,
+    tiny = TinyDenoiser(TinyConfig(vocab_size=12, mask_token_id=11, pad_token_id=0, eos_token_id=1,
+                                   max_len=16,
                                    d_model=16, n_layers=1, n_heads=2, d_ff=32)).eval()
-    late = _DeadlineModel(tiny, started=time.monotonic() - 10, item_limit=1.0, job_deadline=None, job_limit=None,
+    late = _DeadlineModel(tiny, started=time.monotonic() - 10, item_limit=1.0, job_deadline=None,
+                          job_limit=None,
                           job_started=time.monotonic())
     x = torch.randint(2, 10, (1, 8))
     for call in (lambda: late.window_logits(x, None, torch.arange(4, 8)[None]),
@@ -704,8 +717,10 @@ def test_cli_generate_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
     from framework.cli import generate
 
     loads = []
-    monkeypatch.setattr(generate, "load_model_for", lambda name, device, **options: loads.append(name) or model())
-    inp = write_prompts(tmp_path / "p.jsonl", [{"prompt": p, "id": f"q{i}"} for i, p in enumerate(PROMPTS[:5])]
+    monkeypatch.setattr(generate, "load_model_for", lambda name, device,
+                        **options: loads.append(name) or model())
+    inp = write_prompts(tmp_path / "p.jsonl",
+                        [{"prompt": p, "id": f"q{i}"} for i, p in enumerate(PROMPTS[:5])]
                         + ['{"prompt": 3}'])
     out = tmp_path / "r.jsonl"
     argv = ["generate", "--input", str(inp), "--output", str(out), "--model", "echo", "--set", "gen_length=8",
@@ -716,7 +731,8 @@ def test_cli_generate_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
     assert 'skipping ' + str(inp) + ':6: "prompt" must be a string, got integer (3)' in err
     assert "done 5, failed 0" in err
     rows = by_id(out)
-    assert {i: r["text"] for i, r in rows.items()} == {f"q{i}": expected_text(p, 8) for i, p in enumerate(PROMPTS[:5])}
+    assert {i: r["text"] for i, r in rows.items()} == {f"q{i}": expected_text(p, 8)
+                                                       for i, p in enumerate(PROMPTS[:5])}
     assert json.loads((tmp_path / "s.json").read_text())["done"] == 5
     assert cli.main(argv) == 0
     assert "done 0, failed 0, already in output 5" in capsys.readouterr().err
@@ -732,7 +748,8 @@ def test_cli_generate_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
 
 def _adec(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "framework.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "framework.cli", *args], cwd=ROOT, capture_output=True,
+                          text=True,
                           timeout=timeout, env=env)
 
 
@@ -771,10 +788,12 @@ def tiny_folder(tmp_path_factory):
     from framework.tasks.vocab import get_tokenizer
 
     tok = get_tokenizer()
-    cfg = TinyConfig(vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
+    cfg = TinyConfig(vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id,
+                     pad_token_id=tok.pad_token_id,
                      eos_token_id=tok.eos_token_id, max_len=16, d_model=16, n_layers=1, n_heads=2, d_ff=32)
     torch.manual_seed(0)
-    return save_pretrained(tmp_path_factory.mktemp("model") / "m", TinyDenoiser(cfg), task=get_task("addition"),
+    return save_pretrained(tmp_path_factory.mktemp("model") / "m", TinyDenoiser(cfg),
+                           task=get_task("addition"),
                            recipe={}, metrics={})
 
 
