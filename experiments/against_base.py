@@ -21,7 +21,8 @@ Each variant point is matched against the base curve's points without interpolat
   point with accuracy ≥ the variant's over the variant's mean NFE (total tokens over total forwards).
 
 The targets, per task: some lookahead or revocable point gains ≥ 5 points at equal NFE or
-reaches ≥ 1.2× tokens per forward at equal accuracy, by both ratios (goal: two tasks); no lookahead point loses more
+reaches ≥ 1.2× tokens per forward at equal accuracy, by both ratios (goal: two tasks); no lookahead point
+loses more
 than 1 point at equal NFE; WINO's curve has a higher AUP than Fast-dLLM's (goal: one task).
 """
 
@@ -74,7 +75,8 @@ def _inner_curve(curve: str, row: dict, by_curve: dict[str, list[dict]]) -> Opti
     swept = {k.split(".", 1)[1] for k in (row.get("sweep") or {}) if k.startswith("inner_params.")}
     for other, rows in by_curve.items():
         r = rows[0]
-        if other == curve or r.get("controller") != inner or (r.get("decode") or {}) != (row.get("decode") or {}):
+        same_decode = (r.get("decode") or {}) == (row.get("decode") or {})
+        if other == curve or r.get("controller") != inner or not same_decode:
             continue
         ignore = swept | set(r.get("sweep") or {})
         if ({k: v for k, v in (r.get("params") or {}).items() if k not in ignore}
@@ -138,7 +140,8 @@ def compare(rows: Sequence[dict], aups: Optional[dict] = None) -> dict[str, Any]
         "lookahead_no_loss": {"met": not losses, "checked": sum(q["kind"] == "lookahead" for q in points),
                               "by": [q["variant"] for q in losses]},
         "wino_over_fast_dllm": {"met": bool(wins), "by": wins,
-                                "aups": {c: (v, aups.get(base_of(c, "wino", curves) or "")) for c, v in wino.items()}},
+                                "aups": {c: (v, aups.get(base_of(c, "wino", curves) or ""))
+                                         for c, v in wino.items()}},
     }}
 
 
@@ -153,28 +156,35 @@ def compare_markdown(name: str, result: dict) -> list[str]:
     if not result["points"]:
         return []
     md = [f"### {name}: lookahead and revocable decoding against their base", "",
-          "Each point against its base curve, unmatched by interpolation: at equal NFE the base's best accuracy "
-          "with no more NFE; at equal accuracy the base's most tokens per forward with at least that accuracy "
-          "(tokens per forward: the mean of G / NFE over samples), and the forwards ratio: the fewest mean NFE of "
-          "a base point with at least that accuracy over the variant's (total tokens over total forwards).", "",
+          "Each point against its base curve, unmatched by interpolation: at equal NFE the base's best "
+          "accuracy with no more NFE; at equal accuracy the base's most tokens per forward with at least "
+          "that accuracy (tokens per forward: the mean of G / NFE over samples), and the forwards ratio: the "
+          "fewest mean NFE of a base point with at least that accuracy over the variant's (total tokens "
+          "over total forwards).",
+          "",
           "| variant | base | accuracy | NFE | tokens/forward | base at ≤ NFE | Δ accuracy (points) "
-          "| base at ≥ accuracy | tokens/forward ratio | forwards ratio |", "|---|---|---|---|---|---|---|---|---|---|"]
+          "| base at ≥ accuracy | tokens/forward ratio | forwards ratio |",
+          "|---|---|---|---|---|---|---|---|---|---|"]
     for q in result["points"]:
         vals = [q["variant"], q["base"], _f(q["accuracy"], 3), _f(q["nfe"], 2), _f(q["tpf"], 2),
-                f"{q['base_at_nfe'] or '–'} ({_f(q['base_acc_at_nfe'], 3)})", _f(q["delta_points"], 1, signed=True),
+                f"{q['base_at_nfe'] or '–'} ({_f(q['base_acc_at_nfe'], 3)})",
+                _f(q["delta_points"], 1, signed=True),
                 f"{q['base_at_acc'] or '–'} ({_f(q['base_tpf_at_acc'], 2)})", _f(q["tpf_ratio"], 2),
                 _f(q["nfe_ratio"], 2)]
         md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
     t = result["targets"]
     mark = lambda ok: "✓" if ok else "✗"  # noqa: E731
-    md += ["", f"- a gain (≥ +{GAIN_POINTS:g} points at equal NFE or ≥ {TPF_RATIO:g}× tokens per forward at equal "
-               f"accuracy, by both ratios): {', '.join(t['gain']['by']) or 'none'} {mark(t['gain']['met'])}",
+    md += ["", f"- a gain (≥ +{GAIN_POINTS:g} points at equal NFE or ≥ {TPF_RATIO:g}× tokens per forward at "
+               f"equal accuracy, by both ratios): {', '.join(t['gain']['by']) or 'none'} "
+               f"{mark(t['gain']['met'])}",
            f"- lookahead never more than {LOOKAHEAD_LOSS:g} point below its base at equal NFE "
            f"({t['lookahead_no_loss']['checked']} points): "
-           + (f"below: {', '.join(t['lookahead_no_loss']['by'])}" if t['lookahead_no_loss']['by'] else "none below")
+           + (f"below: {', '.join(t['lookahead_no_loss']['by'])}" if t['lookahead_no_loss']['by']
+              else "none below")
            + f" {mark(t['lookahead_no_loss']['met'])}",
            "- WINO's AUP over Fast-dLLM's: "
-           + ("; ".join(f"{c} {_f(v, 1)} vs {_f(b, 1)}" for c, (v, b) in t["wino_over_fast_dllm"]["aups"].items())
+           + ("; ".join(f"{c} {_f(v, 1)} vs {_f(b, 1)}"
+                        for c, (v, b) in t["wino_over_fast_dllm"]["aups"].items())
               or "no WINO curve") + f" {mark(t['wino_over_fast_dllm']['met'])}", ""]
     return md
 
@@ -187,8 +197,8 @@ def compare_summary(tasks: dict[str, dict]) -> str:
     gain = [n for n, r in have.items() if r["targets"]["gain"]["met"]]
     loss = [n for n, r in have.items() if not r["targets"]["lookahead_no_loss"]["met"]]
     wino = [n for n, r in have.items() if r["targets"]["wino_over_fast_dllm"]["met"]]
-    return (f"- **Lookahead and revocable decoding** (targets: a gain at equal NFE or accuracy, never a loss, against the same controller without them): "
-            f"a gain on {len(gain)} of {len(have)} task(s){': ' + ', '.join(gain) if gain else ''} (goal: 2); "
-            f"lookahead more than 1 point below its base at equal NFE on {len(loss)}"
-            f"{': ' + ', '.join(loss) if loss else ''} (goal: none); WINO's AUP above Fast-dLLM's on {len(wino)}"
-            f"{': ' + ', '.join(wino) if wino else ''} (goal: 1)")
+    return (f"- **Lookahead and revocable decoding** (targets: a gain at equal NFE or accuracy, never a "
+            f"loss, against the same controller without them): a gain on {len(gain)} of {len(have)} "
+            f"task(s){': ' + ', '.join(gain) if gain else ''} (goal: 2); lookahead more than 1 point below "
+            f"its base at equal NFE on {len(loss)}{': ' + ', '.join(loss) if loss else ''} (goal: none); "
+            f"WINO's AUP above Fast-dLLM's on {len(wino)}{': ' + ', '.join(wino) if wino else ''} (goal: 1)")

@@ -54,12 +54,15 @@ def _checked(points: Iterable[Sequence[float]]) -> list[tuple[float, float]]:
         except (TypeError, ValueError):
             raise ValueError(f"AUP point {i}: {p!r} is not a (tokens per forward, accuracy) pair") from None
         if not math.isfinite(rho) or rho <= 0:
-            raise ValueError(f"AUP point {i}: tokens per forward ρ={rho!r} is not allowed; allowed: a finite number > 0")
+            raise ValueError(f"AUP point {i}: tokens per forward ρ={rho!r} is not allowed; allowed: a "
+                             f"finite number > 0")
         if not math.isfinite(y) or not 0.0 <= y <= 100.0:
-            raise ValueError(f"AUP point {i}: accuracy y={y!r} is not allowed; allowed: a percentage in [0, 100]")
+            raise ValueError(f"AUP point {i}: accuracy y={y!r} is not allowed; allowed: a percentage in [0, "
+                             f"100]")
         pts.append((rho, y))
     if not pts:
-        raise ValueError("AUP of no points: a strategy needs at least one (tokens per forward, accuracy) pair")
+        raise ValueError("AUP of no points: a strategy needs at least one (tokens per forward, accuracy) "
+                         "pair")
     return pts
 
 
@@ -71,7 +74,8 @@ def kept_points(points: Iterable[Sequence[float]], drop: float = DROP) -> list[t
     return [p for p in pts if p[1] >= floor]
 
 
-def aup(points: Iterable[Sequence[float]], y_max: float, *, alpha: float = ALPHA, drop: float = DROP) -> float:
+def aup(points: Iterable[Sequence[float]], y_max: float, *, alpha: float = ALPHA,
+        drop: float = DROP) -> float:
     """AUP of one strategy's ``(ρ, y)`` points (``y`` in percent) against the task's ``y_max``.
 
     Raises ``ValueError`` for no points, ``ρ ≤ 0``, ``y`` outside [0, 100] or ``y_max`` below a point.

@@ -32,7 +32,8 @@ def load_any_model(model: Any, device: str = "cpu") -> Any:
         return _MODEL_CACHE[key]
     if isinstance(model, dict) and "factory" in model:
         mod, _, attr = str(model["factory"]).partition(":")
-        loaded = getattr(importlib.import_module(mod), attr)(**{"device": device, **(model.get("kwargs") or {})})
+        loaded = getattr(importlib.import_module(mod),
+                         attr)(**{"device": device, **(model.get("kwargs") or {})})
     else:
         opts = dict(model) if isinstance(model, dict) else {"name": model}
         name = opts.pop("name")
@@ -45,7 +46,8 @@ def load_any_model(model: Any, device: str = "cpu") -> Any:
             from framework.models.hub_loading import load_hub_model
 
             loaded = load_hub_model(name, device=device, **opts)
-        elif name.count("/") == 1 and not Path(name).expanduser().exists() and not name.startswith((".", "~")):
+        elif name.count("/") == 1 and not Path(name).expanduser().exists() and not name.startswith((".",
+                                                                                                    "~")):
             from framework.models.hub_loading import load_hub_model
 
             loaded = load_hub_model(name, device=device)
@@ -58,7 +60,8 @@ def load_any_model(model: Any, device: str = "cpu") -> Any:
 
 
 def tiny_model(task: str = "addition", size: str = "tiny", train_steps: int = 0, seed: int = 0,
-               batch_size: int = 64, lr: float = 3e-3, device: str = "cpu", task_params: Optional[dict] = None) -> Any:
+               batch_size: int = 64, lr: float = 3e-3, device: str = "cpu",
+               task_params: Optional[dict] = None) -> Any:
     """A :class:`TinyDenoiser` built from a config for ``task`` and trained ``train_steps`` steps with the
     masked-diffusion loss (plain torch, seeded: the same weights in every process). For tests and demos."""
     import torch
@@ -91,7 +94,8 @@ def tiny_model(task: str = "addition", size: str = "tiny", train_steps: int = 0,
             x0, ans = batch["input_ids"], batch["answer_mask"]
             tt = sample_t(x0.shape[0], True, g)
             xt, masked, p_mask = forward_process(x0, ans, tok.mask_token_id, tt, 1e-3, g)
-            loss = masked_diffusion_loss(den(xt, attention_mask=batch["attention_mask"]), x0, masked, p_mask, ans)
+            loss = masked_diffusion_loss(den(xt, attention_mask=batch["attention_mask"]), x0, masked, p_mask,
+                                         ans)
             opt.zero_grad()
             loss.backward()
             opt.step()
@@ -100,9 +104,11 @@ def tiny_model(task: str = "addition", size: str = "tiny", train_steps: int = 0,
                        info={"train_steps": train_steps, "seed": seed, "size": size})
 
 
-def toy_model(task: str = "addition", low: float = 0.3, high: float = 0.99, salt: int = 0, device: str = "cpu",
+def toy_model(task: str = "addition", low: float = 0.3, high: float = 0.99, salt: int = 0,
+              device: str = "cpu",
               task_params: Optional[dict] = None) -> Any:
-    """:class:`framework.testing.toys.ContextToyDenoiser` over the task's vocabulary: designed, context-dependent
+    """:class:`framework.testing.toys.ContextToyDenoiser` over the task's vocabulary: designed,
+    context-dependent
     confidences in ``[low, high]`` (so NFE is ragged across samples), exact in every process. For tests."""
     from framework.models.protocol import LoadedModel
     from framework.tasks.base import get_task
@@ -125,7 +131,8 @@ def build_cell(cell: Cell, task: Any, config_seed: Optional[int] = None) -> tupl
     if cell.controller.startswith("tuned:"):
         from framework.engine.controller_io import load_decode_config
 
-        cfg_kw.update({k: v for k, v in (load_decode_config(cell.controller[6:]) or {}).items() if k != "seed"})
+        cfg_kw.update({k: v for k, v in (load_decode_config(cell.controller[6:]) or {}).items()
+                       if k != "seed"})
     cfg_kw.update(cell.decode)
     cfg_kw["seed"] = cell.seed if config_seed is None else config_seed
     config = DecodeConfig.build(**cfg_kw)
@@ -157,7 +164,8 @@ def evaluate_cell(cell: Cell, loaded: Any, task: Any, exp: Experiment, dist: Any
 
         def evaluator(loaded, task, controller, config, *, strategy, split, n, batch_size, lookahead, repeats,
                       data_seed):  # noqa: ANN001 - the evaluate() signature
-            res = evaluate_oracle(loaded, task, config, split=split, n=n, batch_size=batch_size, reference=ref,
+            res = evaluate_oracle(loaded, task, config, split=split, n=n, batch_size=batch_size,
+                                  reference=ref,
                                   data_seed=data_seed)
             res.strategy = strategy
             return res

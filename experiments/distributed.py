@@ -111,7 +111,8 @@ class _ShardTask:
         return getattr(self._task, name)
 
 
-def evaluate_sharded(loaded: Any, task: Any, controller: Any, config: Any, *, dist: Optional[DistContext] = None,
+def evaluate_sharded(loaded: Any, task: Any, controller: Any, config: Any, *,
+                     dist: Optional[DistContext] = None,
                      strategy: Optional[str] = None, split: str = "test", n: int = 200, batch_size: int = 64,
                      lookahead: Any = None, repeats: int = 1, data_seed: int = 0,
                      evaluator: Optional[Callable[..., Any]] = None) -> Any:
@@ -134,7 +135,8 @@ def evaluate_sharded(loaded: Any, task: Any, controller: Any, config: Any, *, di
                      n=len(mine), **kw) if mine else None
     parts = dist.gather((mine, part))
     merged = merge_results(parts, len(examples), config.gen_length)
-    if hasattr(task, "joint_coherence") and "valid_slots" in merged.extra:  # per-slot fractions: recount exactly
+    # per-slot fractions: recount exactly
+    if hasattr(task, "joint_coherence") and "valid_slots" in merged.extra:
         from framework.engine.evaluate import coherence_summary
 
         merged.extra.update(coherence_summary(task, examples, [s.output for s in merged.samples]))
@@ -266,7 +268,8 @@ def lightning_ddp_smoke(out_dir: "str | os.PathLike", *, task: str = "addition",
     pl.seed_everything(seed, workers=True, verbose=False)
     module = MaskedDiffusionLM(task=task, model=MODEL_SIZES[size], max_steps=steps, warmup_steps=1)
     data = TaskDataModule(module.task, batch_size=batch_size, val_size=0, seed=seed)
-    trainer = pl.Trainer(strategy="ddp", accelerator=accelerator, devices=devices, max_steps=steps, logger=False,
+    trainer = pl.Trainer(strategy="ddp", accelerator=accelerator, devices=devices, max_steps=steps,
+                         logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                          limit_val_batches=0, num_sanity_val_steps=0, default_root_dir=str(out))
     with warnings.catch_warnings():
@@ -274,7 +277,8 @@ def lightning_ddp_smoke(out_dir: "str | os.PathLike", *, task: str = "addition",
         trainer.fit(module, datamodule=data)
     params = torch.cat([p.detach().float().reshape(-1).cpu() for p in module.denoiser.parameters()])
     info = {"rank": trainer.global_rank, "world_size": trainer.world_size, "global_step": trainer.global_step,
-            "strategy": type(trainer.strategy).__name__, "loss": float(trainer.callback_metrics.get("train/loss", float("nan"))),
+            "strategy": type(trainer.strategy).__name__,
+            "loss": float(trainer.callback_metrics.get("train/loss", float("nan"))),
             "checksum": float(params.double().sum()), "abs_checksum": float(params.double().abs().sum())}
     (out / f"rank{trainer.global_rank}.json").write_text(json.dumps(info) + "\n")
     return info

@@ -56,7 +56,8 @@ class AdapterOptions(Configurable):
         "dtype": Param(str, choices=DTYPES, doc="weights dtype of a Hugging Face checkpoint"),
         "device": Param(str, doc="auto, cpu, cuda, cuda:N, mps (lm-eval's --device)"),
         "trust_remote_code": Param(bool, doc="let a checkpoint run its own modeling code"),
-        "chat_template": Param(bool, nullable=True, doc="wrap prompts in the chat template; null = the tokenizer's"),
+        "chat_template": Param(bool, nullable=True,
+                               doc="wrap prompts in the chat template; null = the tokenizer's"),
         "batch_size": Param(int, low=1, doc="prompts per decode call; Monte-Carlo rows per forward"),
         "max_batch_size": Param(int, low=1, nullable=True, doc="lm-eval's auto batching bound (unused)"),
         "mc_num": Param(int, low=1, doc="Monte-Carlo samples per loglikelihood request (LLaDA: 128)"),
@@ -64,7 +65,8 @@ class AdapterOptions(Configurable):
         "check_greedy": Param(bool, doc="also check that greedy decoding reproduces the continuation"),
     }
 
-    def __init__(self, model: str = "", controller: str = "fast_dllm", dtype: str = "auto", device: str = "auto",
+    def __init__(self, model: str = "", controller: str = "fast_dllm", dtype: str = "auto",
+                 device: str = "auto",
                  trust_remote_code: bool = False, chat_template: Optional[bool] = None, batch_size: int = 1,
                  max_batch_size: Optional[int] = None, mc_num: int = 128, cfg: float = 0.0,
                  check_greedy: bool = False) -> None:
@@ -106,8 +108,9 @@ class AdecLM(LM):
     def __init__(self, model: Any = None, **model_args: Any) -> None:
         super().__init__()
         if model is None or model == "":
-            raise ParameterError("--model_args needs model=NAME (a folder, a built-in name such as tiny-addition, "
-                                 "or a hub name in the local Hugging Face cache, e.g. GSAI-ML/LLaDA-8B-Instruct)")
+            raise ParameterError("--model_args needs model=NAME (a folder, a built-in name such as "
+                                 "tiny-addition, or a hub name in the local Hugging Face cache, e.g. "
+                                 "GSAI-ML/LLaDA-8B-Instruct)")
         if isinstance(model_args.get("batch_size"), str) and model_args["batch_size"].startswith("auto"):
             raise ParameterError(f"adec.batch_size={model_args['batch_size']!r} is not supported; allowed: "
                                  f"a number of prompts per decode call (--batch_size 8)")
@@ -115,7 +118,8 @@ class AdecLM(LM):
             model_args.pop("device", None)
         own, cfg_kw, ctrl_kw = split_model_args(model_args)
         self.options = AdapterOptions.build(model=model if isinstance(model, str) else "(object)", **own)
-        for key, value in cfg_kw.items():  # each value now; the combination once the model's defaults are known
+        # each value now; the combination once the model's defaults are known
+        for key, value in cfg_kw.items():
             cfg_kw[key] = DecodeConfig.params[key].check("DecodeConfig", key, value)
         self.controller_name = self.options.controller
         self.controller = build_controller(self.controller_name, **ctrl_kw)
@@ -225,7 +229,8 @@ class AdecLM(LM):
         greedy = (greedy_matches(self.loaded.denoiser, items, batch_size=o.batch_size) if o.check_greedy
                   else [False] * len(items))
         self.stats["loglikelihood"] += len(items)
-        self.stats["forwards"] += o.mc_num * sum(1 for it in items if len(it.target)) * (2 if o.cfg > 0 else 1)
+        self.stats["forwards"] += o.mc_num * sum(1 for it in items if len(it.target)) * (
+            2 if o.cfg > 0 else 1)
         out = [(float(ll), bool(g)) for ll, g in zip(lls, greedy)]
         for req, res in zip(requests, out):
             self.cache_hook.add_partial("loglikelihood", req.args, res)
@@ -237,14 +242,16 @@ class AdecLM(LM):
             "diffusion LM has no left-to-right factorisation to roll over, and LLaDA's evaluation does not "
             "support it either; use generate_until tasks or multiple-choice (loglikelihood) tasks")
 
-    # ------------------------------------------------------------------ chat templates (--apply_chat_template)
-    def apply_chat_template(self, chat_history: list[dict[str, str]], add_generation_prompt: bool = True) -> str:
+    # ---------------------------------------------------- chat templates (--apply_chat_template)
+    def apply_chat_template(self, chat_history: list[dict[str, str]],
+                            add_generation_prompt: bool = True) -> str:
         hf = self._hf("--apply_chat_template")
         if not getattr(hf, "chat_template", None):
-            raise NotImplementedError(f"adec: --apply_chat_template: the tokenizer of {self.loaded.name!r} has "
-                                      f"no chat template")
+            raise NotImplementedError(f"adec: --apply_chat_template: the tokenizer of {self.loaded.name!r} "
+                                      f"has no chat template")
         self._templated = True
-        return hf.apply_chat_template(chat_history, tokenize=False, add_generation_prompt=add_generation_prompt)
+        return hf.apply_chat_template(chat_history, tokenize=False,
+                                      add_generation_prompt=add_generation_prompt)
 
     @property
     def tokenizer_name(self) -> str:
@@ -262,8 +269,10 @@ class AdecLM(LM):
             "adec_model": str(self.loaded.name), "adec_controller": self.controller_name,
             "adec_controller_params": self.controller.get_params(), "adec_decode": self.config.get_params(),
             "adec_mc_num": self.options.mc_num, "adec_cfg": self.options.cfg,
-            "adec_generated": s["generated"], "adec_mean_nfe": s["nfe"] / s["generated"] if s["generated"] else None,
-            "adec_tokens_per_forward": (self.config.gen_length * s["generated"] / s["nfe"]) if s["nfe"] else None,
+            "adec_generated": s["generated"],
+            "adec_mean_nfe": s["nfe"] / s["generated"] if s["generated"] else None,
+            "adec_tokens_per_forward": ((self.config.gen_length * s["generated"] / s["nfe"]) if s["nfe"]
+                                        else None),
             "adec_loglikelihood_forward_rows": s["forwards"],
         }
 
@@ -274,9 +283,10 @@ class AdecLM(LM):
         ignored = sorted({k for kw in kwargs for k, v in kw.items() if not quiet(k, v)} - self._warned)
         if ignored:
             self._warned.update(ignored)
-            warnings.warn(f"adec ignores lm-eval's generation kwargs {', '.join(ignored)}: decoding is set by "
-                          f"--model_args (gen_length={self.config.gen_length}, temperature={self.config.temperature}, "
-                          f"controller={self.controller_name})", UserWarning, stacklevel=3)
+            warnings.warn(f"adec ignores lm-eval's generation kwargs {', '.join(ignored)}: decoding is set "
+                          f"by --model_args (gen_length={self.config.gen_length}, "
+                          f"temperature={self.config.temperature}, controller={self.controller_name})",
+                          UserWarning, stacklevel=3)
 
 
 def _progress(total: int, desc: str, disable: bool) -> Any:

@@ -35,7 +35,8 @@ TOLERANCE = 0.01
 SPREAD_TARGET = 2.0
 ROOM_TARGET = 2.0
 CONTROLLER_KINDS = ("heuristic", "tuned", "learned")
-#: the learned-controller targets: the best learned curve over the best non-learned one (baseline, heuristic or tuned), and
+#: the learned-controller targets: the best learned curve over the best non-learned one (baseline, heuristic
+#: or tuned), and
 #: its share of the oracle's tokens per forward, both at matched accuracy
 NON_LEARNED = ("baseline", "heuristic", "tuned")
 LEARNED_TARGET = 1.3
@@ -44,7 +45,8 @@ NONE_WITHIN = "no point within 1 point"
 _EPS = 1e-9  # "no more than 1 point below" includes exactly 1 point below, whatever the float rounding
 
 
-def as_number(v: Any, digits: int) -> str:
+def format_figure(v: Any, digits: int) -> str:
+    """``v`` with ``digits`` decimals, or an en dash when it is missing or not finite."""
     return f"{v:.{digits}f}" if isinstance(v, (int, float)) and math.isfinite(v) else "–"
 
 
@@ -58,7 +60,8 @@ def _target(num: Optional[dict], den: Optional[dict], target: float, strict: boo
             "of_tpf": num["tpf"] if num else None, "over_tpf": den["tpf"] if den else None}
 
 
-def matched_points(rows: Sequence[dict], aups: Optional[dict] = None, tolerance: float = TOLERANCE) -> dict[str, Any]:
+def matched_points(rows: Sequence[dict], aups: Optional[dict] = None,
+                   tolerance: float = TOLERANCE) -> dict[str, Any]:
     """One task's matched table: ``{"reference": strategy, "threshold", "note", "points": [...],
     "targets": {"baseline_spread", "oracle_room", "controllers": {kind: ...}}}``.
 
@@ -112,7 +115,8 @@ def matched_points(rows: Sequence[dict], aups: Optional[dict] = None, tolerance:
                         for k in CONTROLLER_KINDS if any(p["kind"] == k for p in points)},
     }
     if any(p["kind"] == "learned" for p in points):  # the targets for the learned controllers
-        hand = max((p for p in points if p["kind"] in NON_LEARNED and p["tpf"]), key=lambda p: p["tpf"], default=None)
+        hand = max((p for p in points if p["kind"] in NON_LEARNED and p["tpf"]), key=lambda p: p["tpf"],
+                   default=None)
         out["targets"]["learned"] = {
             "over_non_learned": _target(best_of("learned"), hand, LEARNED_TARGET),
             "of_oracle": _target(best_of("learned"), best_of("oracle"), LEARNED_ORACLE_SHARE),
@@ -141,10 +145,10 @@ def noise_sentence(half: Optional[float], n: Optional[int], quality: str = "accu
     """Why a 1-point match is fragile at this sample size ('' when the size is unknown)."""
     if half is None or not n:
         return ""
-    return (f" On {n} examples a cell's {quality} has a 95% interval of about ±{half:.1f} points at the reference's "
-            f"value (unpaired; two strategies on the same examples differ by less)"
-            + (", wider than the 1-point tolerance: a curve's matched point is partly its luckiest one; repeat "
-               "close comparisons on more examples." if half > 1.0 else "."))
+    return (f" On {n} examples a cell's {quality} has a 95% interval of about ±{half:.1f} points at the "
+            f"reference's value (unpaired; two strategies on the same examples differ by less)"
+            + (", wider than the 1-point tolerance: a curve's matched point is partly its luckiest one; "
+               "repeat close comparisons on more examples." if half > 1.0 else "."))
 
 
 def _ratio_line(label: str, t: dict, target_text: str, missing: str) -> str:
@@ -152,8 +156,9 @@ def _ratio_line(label: str, t: dict, target_text: str, missing: str) -> str:
         return f"- {label}: – ({missing}; target {target_text}) ✗"
     shown = t.get("forwards") and f"{t['forwards']:.2f}" != f"{t['value']:.2f}"  # only where the two differ
     forwards = f"; in total forwards (mean NFE) {t['forwards']:.2f}×" if shown else ""
-    return (f"- {label}: {t['of']} ({as_number(t['of_tpf'], 2)}) / {t['over']} ({as_number(t['over_tpf'], 2)}) = "
-            f"{t['value']:.2f}× (target {target_text}{forwards}) {_mark(t)}")
+    return (f"- {label}: {t['of']} ({format_figure(t['of_tpf'], 2)}) / {t['over']} "
+            f"({format_figure(t['over_tpf'], 2)}) = {t['value']:.2f}× (target {target_text}{forwards}) "
+            f"{_mark(t)}")
 
 
 def matched_markdown(name: str, matched: dict, quality_metric: str = "accuracy") -> list[str]:
@@ -162,17 +167,18 @@ def matched_markdown(name: str, matched: dict, quality_metric: str = "accuracy")
     if matched["note"]:
         return md + [matched["note"][0].upper() + matched["note"][1:] + ".", ""]
     qname = "accuracy" if quality_metric == "accuracy" else quality_metric
-    md += [f"Each curve's most parallel point no more than 1 point below the reference ({matched['reference']}: "
-           f"{qname} ≥ {matched['threshold']:.3f}); tokens per forward compared at that point."
+    md += [f"Each curve's most parallel point no more than 1 point below the reference "
+           f"({matched['reference']}: {qname} ≥ {matched['threshold']:.3f}); tokens per forward compared at "
+           f"that point."
            + noise_sentence(matched.get("noise"), matched.get("n_examples"), qname), ""]
     head = ["curve", "kind", "matched point", qname, *([] if qname == "accuracy" else ["accuracy"]),
             "NFE", "tokens per forward", "AUP of the curve"]
     md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for p in matched["points"]:
-        vals = [p["curve"], p["kind"], p["strategy"] or NONE_WITHIN, as_number(p["quality"], 3)]
+        vals = [p["curve"], p["kind"], p["strategy"] or NONE_WITHIN, format_figure(p["quality"], 3)]
         if qname != "accuracy":
-            vals.append(as_number(p["accuracy"], 3))
-        vals += [as_number(p["nfe"], 2), as_number(p["tpf"], 2), as_number(p["aup"], 1)]
+            vals.append(format_figure(p["accuracy"], 3))
+        vals += [format_figure(p["nfe"], 2), format_figure(p["tpf"], 2), format_figure(p["aup"], 1)]
         md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
     t = matched["targets"]
     md += ["", _ratio_line("baseline spread (best / worst baseline)", t["baseline_spread"], "≥ 2×",
@@ -183,8 +189,10 @@ def matched_markdown(name: str, matched: dict, quality_metric: str = "accuracy")
         md.append(_ratio_line(f"best {kind} / best baseline", ct, "> 1×",
                               f"needs a {kind} curve and a baseline within 1 point"))
     if "learned" in t:
-        md += [_ratio_line("best learned / best non-learned (baseline, heuristic, tuned)", t["learned"]["over_non_learned"],
-                           f"≥ {LEARNED_TARGET:g}×", "needs a learned and a non-learned curve within 1 point"),
+        md += [_ratio_line("best learned / best non-learned (baseline, heuristic, tuned)",
+                           t["learned"]["over_non_learned"],
+                           f"≥ {LEARNED_TARGET:g}×",
+                           "needs a learned and a non-learned curve within 1 point"),
                _ratio_line("best learned / oracle", t["learned"]["of_oracle"], f"≥ {LEARNED_ORACLE_SHARE:g}×",
                            "needs a learned curve within 1 point and the oracle")]
     return md + [""]
@@ -196,13 +204,14 @@ def matched_summary(tasks: dict[str, dict]) -> dict[str, Any]:
     met = {k: [n for n in with_table if tasks[n]["matched"]["targets"][k]["met"]]
            for k in ("baseline_spread", "oracle_room")}
     both = [n for n in with_table if both_met(tasks[n]["matched"])]
-    return {"tasks": len(tasks), "with_table": len(with_table), "baseline_spread_met": len(met["baseline_spread"]),
+    return {"tasks": len(tasks), "with_table": len(with_table),
+            "baseline_spread_met": len(met["baseline_spread"]),
             "oracle_room_met": len(met["oracle_room"]), "both_met": len(both), "both_met_on": both}
 
 
 def summary_line(s: dict) -> str:
     on = f": {', '.join(s['both_met_on'])}" if s["both_met_on"] else ""
-    return (f"- **Matched accuracy** (targets: baseline spread and oracle room, at no more than 1 point below one token per step): "
-            f"both targets met on {s['both_met']} of {s['with_table']} task(s) with a matched table{on} "
-            f"(baseline spread ≥ 2× on {s['baseline_spread_met']}, oracle room ≥ 2× on {s['oracle_room_met']}; "
-            f"the goal: at least 3 tasks)")
+    return (f"- **Matched accuracy** (targets: baseline spread and oracle room, at no more than 1 point "
+            f"below one token per step): both targets met on {s['both_met']} of {s['with_table']} task(s) "
+            f"with a matched table{on} (baseline spread ≥ 2× on {s['baseline_spread_met']}, oracle room ≥ "
+            f"2× on {s['oracle_room_met']}; the goal: at least 3 tasks)")

@@ -46,14 +46,16 @@ class MCRequest:
 
 
 def mask_counts(target_len: int, n: int, generator: torch.Generator) -> torch.Tensor:
-    """``n`` mask counts in ``1..target_len``, evenly spaced from one random start (LLaDA's low-variance draw)."""
+    """``n`` mask counts in ``1..target_len``, evenly spaced from one random start (LLaDA's low-variance
+    draw)."""
     k = int(torch.randint(1, target_len + 1, (), generator=generator))
     span = torch.linspace(float(k), k + (n - 1) * (target_len / n), steps=n, dtype=torch.float64)
     return (torch.round(span).long() - 1) % target_len + 1
 
 
 def draw_masks(target_len: int, n: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(masked [n, T] bool, counts [n])``: sample ``j`` masks ``counts[j]`` target positions chosen at random."""
+    """``(masked [n, T] bool, counts [n])``: sample ``j`` masks ``counts[j]`` target positions chosen at
+    random."""
     counts = mask_counts(target_len, n, generator)
     order = torch.arange(target_len)
     masked = torch.empty(n, target_len, dtype=torch.bool)
@@ -101,49 +103,61 @@ def mc_loglikelihoods(
     totals = [0.0] * len(requests)
     buffer: list[tuple[int, list[int], list[int], float]] = []
     device = model_device(model)
-
-    def flush() -> None:
-        b = len(buffer)
-        width = max(len(row) for _, row, _, _ in buffer)
-        tlen = max(len(requests[r].target) for r, _, _, _ in buffer)
-        x = torch.full((b, width), pad, dtype=torch.long)
-        attn = torch.zeros((b, width), dtype=torch.long)
-        cols = torch.zeros((b, tlen), dtype=torch.long)
-        gold = torch.zeros((b, tlen), dtype=torch.long)
-        hit = torch.zeros((b, tlen), dtype=torch.bool)
-        weight = torch.zeros(b, dtype=torch.float64)
-        prefix_cols = torch.zeros((b, width), dtype=torch.bool)
-        for i, (r, row, where, w) in enumerate(buffer):
-            p, t = len(requests[r].prefix), len(requests[r].target)
-            x[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
-            attn[i, : len(row)] = 1
-            prefix_cols[i, :p] = True
-            cols[i] = torch.arange(tlen).clamp(max=t - 1) + p
-            gold[i, :t] = torch.as_tensor(list(requests[r].target), dtype=torch.long)
-            hit[i, where] = True
-            weight[i] = w
-        x, attn, cols = x.to(device), attn.to(device), cols.to(device)
-        if cfg > 0:
-            uncond = torch.where(prefix_cols.to(device), torch.full_like(x, mask_id), x)
-            both = window_logits(model, torch.cat([x, uncond]), torch.cat([attn, attn]), torch.cat([cols, cols]))
-            cond, un = both.float().chunk(2)
-            logits = un + (cfg + 1.0) * (cond - un)
-        else:
-            logits = window_logits(model, x, attn, cols).float()
-        logp = torch.log_softmax(suppress_mask_logit(logits, mask_id), dim=-1).cpu()
-        nll = -logp.gather(2, gold[:, :, None]).squeeze(2).double()
-        loss = (nll * hit).sum(1) * weight
-        for i, (r, _, _, _) in enumerate(buffer):
-            totals[r] += float(loss[i])
-        buffer.clear()
-
     for row in _rows(requests, mc_num, mask_id):
         buffer.append(row)
         if len(buffer) == batch_size:
-            flush()
+            _add_batch_nll(model, requests, buffer, totals, pad, mask_id, cfg, device)
+            buffer.clear()
     if buffer:
-        flush()
+        _add_batch_nll(model, requests, buffer, totals, pad, mask_id, cfg, device)
     return [-total / mc_num if len(req.target) else 0.0 for total, req in zip(totals, requests)]
+
+
+def _add_batch_nll(model: Any, requests: Sequence[MCRequest],
+                   buffer: list[tuple[int, list[int], list[int], float]],
+                   totals: list[float], pad: int, mask_id: int, cfg: float, device: Any) -> None:
+    """One forward over the buffered rows: add each row's weighted NLL of its masked target tokens,
+    (T / l) · Σ −log p(x_i), to its request's total."""
+    x, attn, cols, gold, hit, weight, prefix_cols = _batch_tensors(requests, buffer, pad)
+    x, attn, cols = x.to(device), attn.to(device), cols.to(device)
+    if cfg > 0:
+        uncond = torch.where(prefix_cols.to(device), torch.full_like(x, mask_id), x)
+        both = window_logits(model, torch.cat([x, uncond]), torch.cat([attn, attn]), torch.cat([cols, cols]))
+        cond, un = both.float().chunk(2)
+        logits = un + (cfg + 1.0) * (cond - un)
+    else:
+        logits = window_logits(model, x, attn, cols).float()
+    logp = torch.log_softmax(suppress_mask_logit(logits, mask_id), dim=-1).cpu()
+    nll = -logp.gather(2, gold[:, :, None]).squeeze(2).double()
+    loss = (nll * hit).sum(1) * weight
+    for i, (r, _, _, _) in enumerate(buffer):
+        totals[r] += float(loss[i])
+
+
+def _batch_tensors(requests: Sequence[MCRequest], buffer: list[tuple[int, list[int], list[int], float]],
+                   pad: int) -> tuple[torch.Tensor, ...]:
+    """The buffered rows as padded tensors: ids, attention mask, the target columns to read, the gold
+    target ids, the masked targets, the weights T / l, and the prefix columns (for the guidance)."""
+    b = len(buffer)
+    width = max(len(row) for _, row, _, _ in buffer)
+    tlen = max(len(requests[r].target) for r, _, _, _ in buffer)
+    x = torch.full((b, width), pad, dtype=torch.long)
+    attn = torch.zeros((b, width), dtype=torch.long)
+    cols = torch.zeros((b, tlen), dtype=torch.long)
+    gold = torch.zeros((b, tlen), dtype=torch.long)
+    hit = torch.zeros((b, tlen), dtype=torch.bool)
+    weight = torch.zeros(b, dtype=torch.float64)
+    prefix_cols = torch.zeros((b, width), dtype=torch.bool)
+    for i, (r, row, where, w) in enumerate(buffer):
+        p, t = len(requests[r].prefix), len(requests[r].target)
+        x[i, : len(row)] = torch.as_tensor(row, dtype=torch.long)
+        attn[i, : len(row)] = 1
+        prefix_cols[i, :p] = True
+        cols[i] = torch.arange(tlen).clamp(max=t - 1) + p
+        gold[i, :t] = torch.as_tensor(list(requests[r].target), dtype=torch.long)
+        hit[i, where] = True
+        weight[i] = w
+    return x, attn, cols, gold, hit, weight, prefix_cols
 
 
 def greedy_matches(model: Any, requests: Sequence[MCRequest], *, batch_size: int = 32) -> list[bool]:

@@ -68,10 +68,12 @@ class Metric(Configurable):
                                     f"{self.requires!r} (pip install {self.requires}); it is not installed")
 
     def compute(self, outputs: Sequence[str], references: Optional[Sequence[str]] = None,
-                prompts: Optional[Sequence[str]] = None, context: Optional[MetricContext] = None) -> MetricResult:
+                prompts: Optional[Sequence[str]] = None,
+                context: Optional[MetricContext] = None) -> MetricResult:
         if self.needs_reference and (references is None or len(references) != len(outputs)):
             raise ValueError(f"metric {self.display_name()} needs one reference per output")
-        return self._compute(list(outputs), list(references or []), list(prompts or []), context or MetricContext())
+        return self._compute(list(outputs), list(references or []), list(prompts or []),
+                             context or MetricContext())
 
     def _compute(self, outputs: list[str], references: list[str], prompts: list[str],
                  context: MetricContext) -> MetricResult:  # pragma: no cover
@@ -143,9 +145,11 @@ class BLEU(Metric):
 
         if not outputs:
             return MetricResult(float("nan"), [])
-        corpus = sacrebleu.corpus_bleu(outputs, [references], tokenize=self.tokenize, lowercase=self.lowercase)
+        corpus = sacrebleu.corpus_bleu(outputs, [references], tokenize=self.tokenize,
+                                       lowercase=self.lowercase)
         per = [sacrebleu.sentence_bleu(o, [r], tokenize=self.tokenize, lowercase=self.lowercase,
-                                       use_effective_order=True).score / 100.0 for o, r in zip(outputs, references)]
+                                       use_effective_order=True).score / 100.0 for o, r in zip(outputs,
+                                                                                               references)]
         return MetricResult(corpus.score / 100.0, per)
 
 
@@ -181,7 +185,8 @@ class Repetition(Metric):
     higher_is_better = False
     params = {
         "n": Param(int, low=1, high=8, doc="n-gram order"),
-        "unit": Param(str, choices=("word", "token"), doc="n-grams of words (whitespace) or of tokenizer tokens"),
+        "unit": Param(str, choices=("word", "token"),
+                      doc="n-grams of words (whitespace) or of tokenizer tokens"),
     }
 
     def __init__(self, n: int = 2, unit: str = "word") -> None:
@@ -191,7 +196,8 @@ class Repetition(Metric):
     def _compute(self, outputs, references, prompts, context) -> MetricResult:
         from framework.tasks.text import repeated_ngram_rate
 
-        split = (lambda o: o.split()) if self.unit == "word" else (lambda o: _tokens(o, context))  # noqa: E731
+        split = (lambda o: o.split()) if self.unit == "word" else (lambda o: _tokens(o,
+                                                                                     context))  # noqa: E731
         per = [repeated_ngram_rate(split(o), self.n) for o in outputs]
         return MetricResult(_mean(per), per)
 
@@ -235,8 +241,9 @@ class GenPerplexity(Metric):
         tok = context.task.tokenizer
         lm = self._judge(context)
         if getattr(lm, "vocab_size", tok.vocab_size) != tok.vocab_size:
-            raise ValueError(f"gen_perplexity: the causal LM has {lm.vocab_size} tokens, the task's tokenizer "
-                             f"{tok.vocab_size}; retrain it (move its folder under the model cache away)")
+            raise ValueError(f"gen_perplexity: the causal LM has {lm.vocab_size} tokens, the task's "
+                             f"tokenizer {tok.vocab_size}; retrain it (move its folder under the model "
+                             f"cache away)")
         max_len = int(getattr(getattr(lm, "config", None), "max_len", 10**9))
         dev = next(lm.parameters()).device
         per: list[float] = []
@@ -245,7 +252,8 @@ class GenPerplexity(Metric):
         for i, out in enumerate(outputs):
             p = tok.encode(prompts[i]) if i < len(prompts) else []
             y = tok.encode(out)
-            if self.include_eos and tok.eos_token_id is not None and (gen_length is None or len(y) < gen_length):
+            if self.include_eos and tok.eos_token_id is not None and (gen_length is None
+                                                                      or len(y) < gen_length):
                 y = y + [tok.eos_token_id]
             ids = (p + y)[:max_len]
             n_y = len(ids) - len(p)

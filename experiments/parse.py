@@ -274,8 +274,8 @@ def _parse_tasks(c: _Checker, items: Any, top_metrics: Any = None) -> list[TaskS
 
 
 def _parse_strategies(c: _Checker, items: Any, task_names: list[str]) -> list[StrategySpec]:
-    from framework.engine.controller import CONTROLLERS
-
+    """The ``strategies`` list: suites expanded, sweeps expanded, every entry checked; labels and
+    curves must each name one entry."""
     if not isinstance(items, list) or not items:
         c.add("strategies", "required: a non-empty list of {controller:, params:, ...} mappings")
         return []
@@ -288,77 +288,106 @@ def _parse_strategies(c: _Checker, items: Any, task_names: list[str]) -> list[St
             continue
         c.keys(s, STRATEGY_KEYS, where)
         if "suite" in s:
-            if "sweep" in s:
-                c.add(f"{where}.sweep", "not allowed with 'suite'; sweep a strategy with its own 'controller'")
-            known_suites = suites()
-            if s["suite"] not in known_suites:
-                c.add(f"{where}.suite", f"unknown suite {s['suite']!r}; allowed: {', '.join(known_suites)}")
-                continue
-            for j, b in enumerate(known_suites[s["suite"]]):
-                out.append(StrategySpec(label=b.label, controller=b.controller, params=dict(b.params),
-                                        decode=dict(b.decode), kind=s.get("kind"), tasks=s.get("tasks"),
-                                        path=f"{where}.suite[{j}]"))
-            continue
-        name = s.get("controller")
-        if not isinstance(name, str) or not name:
-            c.add(f"{where}.controller", "required: a registered controller name or tuned:PATH"
-                  + did_you_mean("", CONTROLLERS.names()))
-            continue
-        params = s.get("params") or {}
-        if not isinstance(params, dict):
-            c.add(f"{where}.params", f"{params!r} is not allowed; allowed: a mapping")
-            params = {}
-        look = s.get("lookahead")
-        if look is not None and not isinstance(look, dict):
-            c.add(f"{where}.lookahead", f"{look!r} is not allowed; allowed: a mapping such as {{scorer: logprob}}")
-            look = None
-        kind = s.get("kind")
-        if kind is not None and kind not in KINDS:
-            c.add(f"{where}.kind", f"{kind!r} is not allowed; allowed: {', '.join(KINDS)}")
-        tasks = s.get("tasks")
-        if tasks is not None:
-            if not isinstance(tasks, list) or any(t not in task_names for t in tasks):
-                c.add(f"{where}.tasks", f"{tasks!r} is not allowed; allowed: a list of this file's tasks "
-                      f"({', '.join(task_names)})")
-        if "decode" in s:
-            _check_decode_keys(c, s["decode"], f"{where}.decode")
-        cls, known_controller = None, True
-        if not name.startswith("tuned:") and "{" not in name:
-            if name not in CONTROLLERS:
-                known_controller = False
-                c.add(f"{where}.controller", f"unknown controller {name!r}" + did_you_mean(name, CONTROLLERS.names()))
-            else:
-                cls = CONTROLLERS.get(name)
-                _check_params(c, cls, params, f"{where}.params")
-        if look is not None:
-            _check_lookahead(c, look, f"{where}.lookahead")
-        label = s.get("label") or default_label(name, params, look)
-        spec = StrategySpec(label=str(label), controller=name, params=dict(params),
-                            decode=dict(s.get("decode") or {}) if isinstance(s.get("decode"), dict) else {},
-                            lookahead=look, kind=kind, tasks=tasks, prepare=s.get("prepare"), path=where)
-        if "curve" in s:  # a point of a curve whose knob a sweep cannot reach (e.g. a wrapped controller's)
-            if "sweep" in s or not isinstance(s["curve"], str) or not s["curve"]:
-                c.add(f"{where}.curve", f"{s['curve']!r} is not allowed; allowed: a curve name (a string), "
-                                        f"on a strategy without 'sweep' (a sweep names its own curve)")
-            else:
-                spec.curve = s["curve"]
-                explicit.add(where)
-        if "sweep" in s:
-            if known_controller:
-                out += expand_sweep(c, s["sweep"], spec, cls, where)
+            out += _parse_suite(c, s, where)
         else:
-            out.append(spec)
+            out += _parse_strategy(c, s, where, task_names, explicit)
+    _check_labels_and_curves(c, out, explicit)
+    return out
+
+
+def _parse_suite(c: _Checker, s: dict, where: str) -> list[StrategySpec]:
+    """A ``suite:`` entry: the suite's strategies (none when the suite is unknown)."""
+    out: list[StrategySpec] = []
+    if "sweep" in s:
+        c.add(f"{where}.sweep", "not allowed with 'suite'; sweep a strategy with its own 'controller'")
+    known_suites = suites()
+    if s["suite"] not in known_suites:
+        c.add(f"{where}.suite", f"unknown suite {s['suite']!r}; allowed: {', '.join(known_suites)}")
+        return out
+    for j, b in enumerate(known_suites[s["suite"]]):
+        out.append(StrategySpec(label=b.label, controller=b.controller, params=dict(b.params),
+                                decode=dict(b.decode), kind=s.get("kind"), tasks=s.get("tasks"),
+                                path=f"{where}.suite[{j}]"))
+    return out
+
+
+def _parse_strategy(c: _Checker, s: dict, where: str, task_names: list[str],
+                    explicit: set[str]) -> list[StrategySpec]:
+    """A ``controller:`` entry: its strategy, or its sweep's points (none when it is invalid); an
+    entry placed on a curve by its own ``curve`` key is added to ``explicit``."""
+    from framework.engine.controller import CONTROLLERS
+
+    name = s.get("controller")
+    if not isinstance(name, str) or not name:
+        c.add(f"{where}.controller", "required: a registered controller name or tuned:PATH"
+              + did_you_mean("", CONTROLLERS.names()))
+        return []
+    params = s.get("params") or {}
+    if not isinstance(params, dict):
+        c.add(f"{where}.params", f"{params!r} is not allowed; allowed: a mapping")
+        params = {}
+    look = s.get("lookahead")
+    if look is not None and not isinstance(look, dict):
+        c.add(f"{where}.lookahead", f"{look!r} is not allowed; allowed: a mapping such as {{scorer: logprob}}")
+        look = None
+    kind, tasks = _check_kind_tasks_decode(c, s, where, task_names)
+    cls, known_controller = None, True
+    if not name.startswith("tuned:") and "{" not in name:
+        if name not in CONTROLLERS:
+            known_controller = False
+            c.add(f"{where}.controller", f"unknown controller {name!r}" + did_you_mean(name, CONTROLLERS.names()))
+        else:
+            cls = CONTROLLERS.get(name)
+            _check_params(c, cls, params, f"{where}.params")
+    if look is not None:
+        _check_lookahead(c, look, f"{where}.lookahead")
+    label = s.get("label") or default_label(name, params, look)
+    spec = StrategySpec(label=str(label), controller=name, params=dict(params),
+                        decode=dict(s.get("decode") or {}) if isinstance(s.get("decode"), dict) else {},
+                        lookahead=look, kind=kind, tasks=tasks, prepare=s.get("prepare"), path=where)
+    if "curve" in s:  # a point of a curve whose knob a sweep cannot reach (e.g. a wrapped controller's)
+        if "sweep" in s or not isinstance(s["curve"], str) or not s["curve"]:
+            c.add(f"{where}.curve", f"{s['curve']!r} is not allowed; allowed: a curve name (a string), "
+                                    f"on a strategy without 'sweep' (a sweep names its own curve)")
+        else:
+            spec.curve = s["curve"]
+            explicit.add(where)
+    if "sweep" in s:
+        return expand_sweep(c, s["sweep"], spec, cls, where) if known_controller else []
+    return [spec]
+
+
+def _check_kind_tasks_decode(c: _Checker, s: dict, where: str, task_names: list[str]) -> tuple[Any, Any]:
+    """A strategy's ``kind`` (one of KINDS), ``tasks`` (this file's tasks) and ``decode`` keys: the
+    kind and tasks as given."""
+    kind = s.get("kind")
+    if kind is not None and kind not in KINDS:
+        c.add(f"{where}.kind", f"{kind!r} is not allowed; allowed: {', '.join(KINDS)}")
+    tasks = s.get("tasks")
+    if tasks is not None:
+        if not isinstance(tasks, list) or any(t not in task_names for t in tasks):
+            c.add(f"{where}.tasks", f"{tasks!r} is not allowed; allowed: a list of this file's tasks "
+                  f"({', '.join(task_names)})")
+    if "decode" in s:
+        _check_decode_keys(c, s["decode"], f"{where}.decode")
+    return kind, tasks
+
+
+def _check_labels_and_curves(c: _Checker, out: list[StrategySpec], explicit: set[str]) -> None:
+    """Every label names one strategy (labels name the report's rows) and every curve named by a
+    ``curve`` key is drawn by one entry (a sweep's points are one entry)."""
     labels = [s.label for s in out]
     for lab in sorted({x for x in labels if labels.count(x) > 1}):
-        c.add("strategies", f"label {lab!r} is used by more than one strategy (labels name the rows of the report)")
+        c.add("strategies", f"label {lab!r} is used by more than one strategy (labels name the rows of the "
+                            "report)")
     entries: dict[str, set] = {}  # curve -> the entries drawing it (a sweep's points are one entry)
     for s in out:
         entries.setdefault(s.curve or s.label, set()).add(f"curve: {s.curve}" if s.path in explicit
                                                           else s.path.split(".sweep")[0])
     for name in sorted(n for n, e in entries.items() if len(e) > 1 and any(s.curve == n for s in out)):
-        c.add("strategies", f"curve {name!r} is drawn by more than one entry ({', '.join(sorted(entries[name]))}); "
-                            "give the sweep another label (the report would join their points into one line)")
-    return out
+        c.add("strategies", f"curve {name!r} is drawn by more than one entry "
+                            f"({', '.join(sorted(entries[name]))}); give the sweep another label (the report "
+                            "would join their points into one line)")
 
 
 def _check_params(c: _Checker, cls: type, params: dict, where: str) -> None:

@@ -27,7 +27,8 @@ def pareto_front(points: Sequence[tuple[float, float]], higher_is_better: bool =
     for i in idx:
         xi, yi = points[i][0], sign * points[i][1]
         dominated = any(
-            (points[j][0] <= xi and sign * points[j][1] >= yi) and (points[j][0] < xi or sign * points[j][1] > yi)
+            (points[j][0] <= xi and sign * points[j][1] >= yi) and (points[j][0] < xi
+                                                                    or sign * points[j][1] > yi)
             for j in idx if j != i)
         if not dominated:
             front.append(i)
@@ -45,7 +46,8 @@ def short(label: str, limit: int = 28) -> str:
 
 
 def curves_of(rows: Sequence[dict]) -> "OrderedDict[str, list[dict]]":
-    """The rows with a quality and tokens per forward, grouped by ``curve`` (file order), each by tokens per forward."""
+    """The rows with a quality and tokens per forward, grouped by ``curve`` (file order), each by tokens per
+    forward."""
     out: "OrderedDict[str, list[dict]]" = OrderedDict()
     for r in rows:
         if r.get("quality") is not None and r.get("tpf") is not None:
@@ -81,7 +83,8 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
             if not sel:
                 continue
             marker = "*" if kind == "oracle" else ("s" if kind == "reference" else ("^" if look else "o"))
-            ax.scatter([r["tpf"] for r in sel], [r["quality"] for r in sel], c=KIND_COLOURS[kind], marker=marker,
+            ax.scatter([r["tpf"] for r in sel], [r["quality"] for r in sel], c=KIND_COLOURS[kind],
+                       marker=marker,
                        s=170 if kind == "oracle" else 46, zorder=4, edgecolors="white", linewidths=0.5,
                        label=("reference (1 token per step)" if kind == "reference" else kind)
                        + (" + lookahead" if look else ""))
@@ -91,7 +94,8 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
     flat = [r for pts in curves.values() for r in pts if r["kind"] != "oracle"]
     front = pareto_front([(-r["tpf"], r["quality"]) for r in flat], rows[0]["higher_is_better"])
     if len(front) > 1:
-        ax.step([flat[i]["tpf"] for i in front], [flat[i]["quality"] for i in front], where="post", color="#888888",
+        ax.step([flat[i]["tpf"] for i in front], [flat[i]["quality"] for i in front], where="post",
+                color="#888888",
                 lw=0.9, ls="--", zorder=2, label="Pareto front")
     for r in rows:
         if r["kind"] == "reference" and r.get("quality") is not None:

@@ -65,14 +65,16 @@ class ProfileRow:
 
 
 def profile_model(vocab_size: int = LLADA_VOCAB, d_model: int = 256, n_layers: int = 4, n_heads: int = 8,
-                  mlp_hidden: int = 1024, device: "str | torch.device" = "cpu", dtype: torch.dtype = torch.float32,
+                  mlp_hidden: int = 1024, device: "str | torch.device" = "cpu",
+                  dtype: torch.dtype = torch.float32,
                   seed: int = 0, query_chunk: Optional[int] = None) -> OwnArchitectureDenoiser:
     """A LLaDA-architecture denoiser built from a config (random weights), real vocabulary; full
     forwards taken ``query_chunk`` query rows at a time when given (``MaskedDiffusionLM.query_chunk``)."""
     torch.manual_seed(seed)
     config = LLaDAArchConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads, n_layers=n_layers,
                              mlp_hidden_size=mlp_hidden, vocab_size=vocab_size, max_sequence_length=4096,
-                             mask_token_id=LLADA_MASK_TOKEN_ID if vocab_size > LLADA_MASK_TOKEN_ID else vocab_size - 1,
+                             mask_token_id=(LLADA_MASK_TOKEN_ID if vocab_size > LLADA_MASK_TOKEN_ID
+                                            else vocab_size - 1),
                              eos_token_id=None, pad_token_id=0)
     default = torch.get_default_dtype()
     torch.set_default_dtype(dtype)
@@ -118,7 +120,8 @@ def bare_loop(model: Any, prompts: Sequence[Sequence[int]], gen_length: int, blo
             if temperature == 0:
                 conf, x0 = p.max(-1)
             else:  # Fast-dLLM's float64 Gumbel-max over the block
-                z = logits.double() / temperature - torch.log(-torch.log(torch.rand_like(logits, dtype=torch.float64)))
+                z = logits.double() / temperature - torch.log(-torch.log(torch.rand_like(logits,
+                                                                                         dtype=torch.float64)))
                 x0 = z.argmax(-1)
                 conf = p.gather(-1, x0[..., None]).squeeze(-1)
             still = x.gather(1, cols) == model.mask_token_id
@@ -168,7 +171,8 @@ def _measure(fn: Callable[[], tuple[int, float, float]], repeats: int, model: An
     device = torch.device(model.device)
     cuda = device.type == "cuda"
     try:
-        with _marked_forwards(model), (PeakMemory(device) if cuda else nullcontext()) as pm, AllocatedPeak(device) as ap:
+        with _marked_forwards(model), (PeakMemory(device) if cuda
+                                       else nullcontext()) as pm, AllocatedPeak(device) as ap:
             fn()
     except Exception as err:  # noqa: BLE001 - the profiler's CUDA memory events: keep the allocator's peak
         if not cuda:
@@ -191,7 +195,8 @@ def _measure(fn: Callable[[], tuple[int, float, float]], repeats: int, model: An
 def run_profile(
     model: Any, *, batches: Iterable[int] = (1, 8), caches: Iterable[str] = ("none", "prefix", "dual"),
     temperatures: Iterable[float] = (0.0, 1.0), prompt_length: int = 256, gen_length: int = 256,
-    block_length: int = 32, steps: Optional[int] = None, repeats: int = 3, progress: Optional[Callable] = None,
+    block_length: int = 32, steps: Optional[int] = None, repeats: int = 3,
+    progress: Optional[Callable] = None,
     loops: Iterable[str] = ("decode", "bare"),
 ) -> list[ProfileRow]:
     """Measure ``loops`` for every batch size, cache mode and temperature: ``decode`` (:func:`decode`),
@@ -214,42 +219,60 @@ def run_profile(
         prompts = torch.randint(0, min(vocab, 100000), (batch, prompt_length), generator=g).tolist()
         for cache in caches:
             for temperature in temperatures:
-                config = DecodeConfig(gen_length=gen_length, block_length=block_length, cache=cache,
-                                      temperature=temperature)
-                controller = build_controller("llada", steps=steps)
-
-                def ours() -> tuple[int, float, float]:
-                    r = decode(model, prompts, controller, config, seeds=list(range(batch)))
-                    return int(r.nfe[0]), r.forward_seconds, r.total_seconds
-
-                def bare() -> tuple[int, float, float]:
-                    _, nfe, f, t = bare_loop(model, prompts, gen_length, block_length, steps, cache, temperature)
-                    return nfe, f, t
-
-                def verify() -> tuple[int, float, float]:
-                    r = decode(model, prompts, _Verifying(controller), config, seeds=list(range(batch)))
-                    return int(r.nfe[0]), r.forward_seconds, r.total_seconds
-
-                fns = {"decode": ours, "bare": bare, "verify": verify}
+                fns = _loop_fns(model, prompts, gen_length, block_length, steps, cache, temperature)
                 for name, fn in ((name, fns[name]) for name in loops):
                     if progress:
                         progress(f"{name} batch={batch} cache={cache} T={temperature:g}")
                     nfe, f, t, mem = _measure(fn, repeats, model)
-                    steps_mb, tails_mb = mem.span_peaks_mb[1:], mem.tail_peaks_mb[1:]  # after the first step
-                    ms_step = 1000 * t / max(nfe, 1)
-                    fwd_step = 1000 * f / max(nfe, 1)
-                    rows.append(ProfileRow(
-                        loop=name, batch=batch, cache=cache, temperature=temperature, nfe=nfe, steps=nfe,
-                        ms_per_step=ms_step, forward_ms_per_step=fwd_step, rest_ms_per_step=ms_step - fwd_step,
-                        rest_over_forward=(ms_step - fwd_step) / max(fwd_step, 1e-9),
-                        ms_per_token=1000 * t / (batch * gen_length), peak_mb=mem.peak_mb,
-                        window_logits_mb=batch * block_length * vocab * itemsize / 2**20,
-                        first_step_peak_mb=mem.span_peaks_mb[0] if mem.span_peaks_mb else float("nan"),
-                        step_peak_mb=max(steps_mb, default=float("nan")), median_step_peak_mb=median(steps_mb),
-                        after_forward_peak_mb=max(tails_mb, default=float("nan")),
-                        median_after_forward_peak_mb=median(tails_mb),
-                    ))
+                    rows.append(_profile_row(name, batch, cache, temperature, nfe, f, t, mem,
+                                             window_logits_mb=batch * block_length * vocab * itemsize / 2**20,
+                                             gen_length=gen_length))
     return rows
+
+
+def _loop_fns(model: Any, prompts: list[list[int]], gen_length: int, block_length: int, steps: int,
+              cache: str,
+              temperature: float) -> dict[str, Callable[[], tuple[int, float, float]]]:
+    """Each profiled loop on ``prompts`` as a call returning ``(NFE, forward seconds, total seconds)``."""
+    batch = len(prompts)
+    config = DecodeConfig(gen_length=gen_length, block_length=block_length, cache=cache,
+                          temperature=temperature)
+    controller = build_controller("llada", steps=steps)
+
+    def ours() -> tuple[int, float, float]:
+        r = decode(model, prompts, controller, config, seeds=list(range(batch)))
+        return int(r.nfe[0]), r.forward_seconds, r.total_seconds
+
+    def bare() -> tuple[int, float, float]:
+        _, nfe, f, t = bare_loop(model, prompts, gen_length, block_length, steps, cache, temperature)
+        return nfe, f, t
+
+    def verify() -> tuple[int, float, float]:
+        r = decode(model, prompts, _Verifying(controller), config, seeds=list(range(batch)))
+        return int(r.nfe[0]), r.forward_seconds, r.total_seconds
+
+    return {"decode": ours, "bare": bare, "verify": verify}
+
+
+def _profile_row(name: str, batch: int, cache: str, temperature: float, nfe: int, f: float, t: float,
+                 mem: Any,
+                 *, window_logits_mb: float, gen_length: int) -> ProfileRow:
+    """One configuration's row from its NFE, forward and total seconds and memory peaks (the step
+    peaks are taken after the first step)."""
+    steps_mb, tails_mb = mem.span_peaks_mb[1:], mem.tail_peaks_mb[1:]  # after the first step
+    ms_step = 1000 * t / max(nfe, 1)
+    fwd_step = 1000 * f / max(nfe, 1)
+    return ProfileRow(
+        loop=name, batch=batch, cache=cache, temperature=temperature, nfe=nfe, steps=nfe,
+        ms_per_step=ms_step, forward_ms_per_step=fwd_step, rest_ms_per_step=ms_step - fwd_step,
+        rest_over_forward=(ms_step - fwd_step) / max(fwd_step, 1e-9),
+        ms_per_token=1000 * t / (batch * gen_length), peak_mb=mem.peak_mb,
+        window_logits_mb=window_logits_mb,
+        first_step_peak_mb=mem.span_peaks_mb[0] if mem.span_peaks_mb else float("nan"),
+        step_peak_mb=max(steps_mb, default=float("nan")), median_step_peak_mb=median(steps_mb),
+        after_forward_peak_mb=max(tails_mb, default=float("nan")),
+        median_after_forward_peak_mb=median(tails_mb),
+    )
 
 
 def ratios(rows: Sequence[ProfileRow]) -> list[str]:
@@ -270,10 +293,11 @@ def ratios(rows: Sequence[ProfileRow]) -> list[str]:
         if cache != "none" and none:
             line += f"; speed-up per token vs cache=none {none.ms_per_token / r.ms_per_token:.2f}x"
         wl = max(r.window_logits_mb, 1e-9)
-        line += (f"; peak of a step after the first {r.step_peak_mb:.0f} MiB = {r.step_peak_mb / wl:.2f}x the "
-                 f"window's logits (median {r.median_step_peak_mb / wl:.2f}x; once the forward has returned "
-                 f"{r.after_forward_peak_mb / wl:.2f}x, median {r.median_after_forward_peak_mb / wl:.2f}x; the first "
-                 f"step, which allocates the cache, {r.first_step_peak_mb / wl:.2f}x; whole run {r.peak_mb:.0f} MiB)")
+        line += (f"; peak of a step after the first {r.step_peak_mb:.0f} MiB = {r.step_peak_mb / wl:.2f}x "
+                 f"the window's logits (median {r.median_step_peak_mb / wl:.2f}x; once the forward has "
+                 f"returned {r.after_forward_peak_mb / wl:.2f}x, median "
+                 f"{r.median_after_forward_peak_mb / wl:.2f}x; the first step, which allocates the cache, "
+                 f"{r.first_step_peak_mb / wl:.2f}x; whole run {r.peak_mb:.0f} MiB)")
         ver = idx.get(("verify", batch, cache, temp))
         if ver:
             line += f"; step with WINO's verification vs without {ver.ms_per_step / r.ms_per_step:.2f}x"
@@ -283,15 +307,16 @@ def ratios(rows: Sequence[ProfileRow]) -> list[str]:
 
 def markdown_table(rows: Sequence[ProfileRow]) -> str:
     head = ("| loop | batch | cache | T | NFE | ms/step | forward ms | rest ms | rest/forward | ms/token | "
-            "run peak MiB | first step MiB | later steps MiB (max / median) | later steps after the forward MiB "
-            "(max / median) | window logits MiB |")
+            "run peak MiB | first step MiB | later steps MiB (max / median) | later steps after the forward "
+            "MiB (max / median) | window logits MiB |")
     lines = [head, "|" + "---|" * 15]
     for r in rows:
-        lines.append(f"| {r.loop} | {r.batch} | {r.cache} | {r.temperature:g} | {r.nfe:g} | {r.ms_per_step:.1f} | "
-                     f"{r.forward_ms_per_step:.1f} | {r.rest_ms_per_step:.1f} | {r.rest_over_forward:.3f} | "
-                     f"{r.ms_per_token:.2f} | {r.peak_mb:.0f} | {r.first_step_peak_mb:.0f} | "
-                     f"{r.step_peak_mb:.0f} / {r.median_step_peak_mb:.0f} | "
-                     f"{r.after_forward_peak_mb:.0f} / {r.median_after_forward_peak_mb:.0f} | {r.window_logits_mb:.0f} |")
+        lines.append(f"| {r.loop} | {r.batch} | {r.cache} | {r.temperature:g} | {r.nfe:g} | "
+                     f"{r.ms_per_step:.1f} | {r.forward_ms_per_step:.1f} | {r.rest_ms_per_step:.1f} | "
+                     f"{r.rest_over_forward:.3f} | {r.ms_per_token:.2f} | {r.peak_mb:.0f} | "
+                     f"{r.first_step_peak_mb:.0f} | {r.step_peak_mb:.0f} / {r.median_step_peak_mb:.0f} | "
+                     f"{r.after_forward_peak_mb:.0f} / {r.median_after_forward_peak_mb:.0f} | "
+                     f"{r.window_logits_mb:.0f} |")
     return "\n".join(lines)
 
 

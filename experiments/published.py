@@ -72,8 +72,8 @@ def resolve_task(value: Any, tasks: Sequence[tuple[str, str]]) -> tuple[Optional
     if len(named) == 1:
         return named[0], ""
     if named:
-        return None, (f"task name {value!r} is listed {len(named)} times ({', '.join(named)}); name one with its "
-                      "parameters, as the report's rows do")
+        return None, (f"task name {value!r} is listed {len(named)} times ({', '.join(named)}); name one "
+                      f"with its parameters, as the report's rows do")
     return None, (f"unknown task {value!r}; allowed: a task of this file by its name, or its name with "
                   f"parameters as the report labels it." + did_you_mean(value, keys))
 
@@ -101,75 +101,103 @@ def check_published(c: Any, raw: Any, tasks: Sequence[tuple[str, str]],
         if not isinstance(b, dict):
             c.add(where, f"{b!r} is not allowed; allowed: a mapping with title, columns and rows")
             continue
-        c.keys(b, BLOCK_KEYS, where)
-        title = b.get("title")
-        if not isinstance(title, str) or not title.strip():
-            c.add(f"{where}.title", "required: a non-empty string (the table's heading)")
-            title = f"Published results {i + 1}"
-        for key in ("source", "note"):
-            if b.get(key) is not None and not isinstance(b[key], str):
-                c.add(f"{where}.{key}", f"{b[key]!r} is not allowed; allowed: a string")
-        columns: dict[str, Optional[str]] = {}
-        raw_cols = b.get("columns")
-        if not isinstance(raw_cols, dict) or not raw_cols:
-            c.add(f"{where}.columns", "required: a mapping of column titles to tasks of this file, "
-                                      "e.g. {all: sudoku9, hard: 'sudoku9(grade=hard)'}")
-        else:
-            for col, value in raw_cols.items():
-                key, why = resolve_task(value, tasks)
-                if key is None:
-                    c.add(f"{where}.columns.{col}", why)
-                columns[str(col)] = key
-        rows = []
-        raw_rows = b.get("rows")
-        if not isinstance(raw_rows, list) or not raw_rows:
-            c.add(f"{where}.rows", "required: a non-empty list of {label:, strategy:, published: {column: number}}")
-            raw_rows = []
-        for j, r in enumerate(raw_rows):
-            rw = f"{where}.rows[{j}]"
-            if not isinstance(r, dict):
-                c.add(rw, f"{r!r} is not allowed; allowed: a mapping {{label:, strategy:, published:}}")
-                continue
-            c.keys(r, ROW_KEYS, rw)
-            strategy = r.get("strategy")
-            if not isinstance(strategy, str) or not strategy:
-                c.add(f"{rw}.strategy", "required: a strategy label of this file")
-                strategy = None
-            elif strategies is not None and strategy not in strategies:
-                c.add(f"{rw}.strategy", f"unknown strategy {strategy!r}; allowed: a strategy label of this file."
-                      + did_you_mean(strategy, list(strategies)))
-            elif strategies is not None and strategies[strategy] is not None:
-                for col, key in columns.items():
-                    if key is not None and names.get(key, key) not in strategies[strategy]:
-                        c.add(f"{rw}.strategy", f"{strategy!r} does not run on task {key} (column {col!r}): its "
-                                                f"tasks are {strategies[strategy]}")
-            label = r.get("label", strategy)
-            if not isinstance(label, str) or not label:
-                c.add(f"{rw}.label", f"{label!r} is not allowed; allowed: a non-empty string")
-                label = str(strategy or f"row {j + 1}")
-            figures: dict[str, Optional[float]] = {}
-            pub = r.get("published") or {}
-            if not isinstance(pub, dict):
-                c.add(f"{rw}.published", f"{pub!r} is not allowed; allowed: a mapping {{column: number}}")
-                pub = {}
-            for col, v in pub.items():
-                if str(col) not in columns and columns:
-                    close = difflib.get_close_matches(str(col), list(columns), n=1)
-                    c.add(f"{rw}.published.{col}", f"unknown column {col!r}" + (f"; did you mean {close[0]!r}?" if close
-                          else "") + f"; allowed: the table's columns ({', '.join(columns)})")
-                elif not _number(v):
-                    c.add(f"{rw}.published.{col}", f"{v!r} is not allowed; allowed: a number (the paper's "
-                                                   "figure, in percent)")
-                else:
-                    figures[str(col)] = v
-            rows.append({"label": label, "strategy": strategy, "published": figures})
-        labels = [r["label"] for r in rows]
-        for lab in sorted({x for x in labels if labels.count(x) > 1}):
-            c.add(f"{where}.rows", f"label {lab!r} names more than one row")
-        blocks.append({"title": title, "source": b.get("source") if isinstance(b.get("source"), str) else None,
-                       "note": b.get("note") if isinstance(b.get("note"), str) else None,
-                       "columns": columns, "rows": rows})
+        blocks.append(_check_block(c, b, where, i, tasks, names, strategies))
     return blocks
+
+
+def _check_block(c: Any, b: dict, where: str, i: int, tasks: Sequence[tuple[str, str]], names: dict[str, str],
+                 strategies: Optional[dict[str, Optional[list]]]) -> dict:
+    """One published table ``b`` (at ``where``), checked and normalised (see :func:`check_published`)."""
+    c.keys(b, BLOCK_KEYS, where)
+    title = b.get("title")
+    if not isinstance(title, str) or not title.strip():
+        c.add(f"{where}.title", "required: a non-empty string (the table's heading)")
+        title = f"Published results {i + 1}"
+    for key in ("source", "note"):
+        if b.get(key) is not None and not isinstance(b[key], str):
+            c.add(f"{where}.{key}", f"{b[key]!r} is not allowed; allowed: a string")
+    columns = _check_columns(c, b.get("columns"), where, tasks)
+    rows = []
+    raw_rows = b.get("rows")
+    if not isinstance(raw_rows, list) or not raw_rows:
+        c.add(f"{where}.rows",
+              "required: a non-empty list of {label:, strategy:, published: {column: number}}")
+        raw_rows = []
+    for j, r in enumerate(raw_rows):
+        rw = f"{where}.rows[{j}]"
+        if not isinstance(r, dict):
+            c.add(rw, f"{r!r} is not allowed; allowed: a mapping {{label:, strategy:, published:}}")
+            continue
+        c.keys(r, ROW_KEYS, rw)
+        strategy = _check_row_strategy(c, r.get("strategy"), rw, columns, names, strategies)
+        label = r.get("label", strategy)
+        if not isinstance(label, str) or not label:
+            c.add(f"{rw}.label", f"{label!r} is not allowed; allowed: a non-empty string")
+            label = str(strategy or f"row {j + 1}")
+        rows.append({"label": label, "strategy": strategy,
+                     "published": _check_figures(c, r.get("published") or {}, rw, columns)})
+    labels = [r["label"] for r in rows]
+    for lab in sorted({x for x in labels if labels.count(x) > 1}):
+        c.add(f"{where}.rows", f"label {lab!r} names more than one row")
+    return {"title": title, "source": b.get("source") if isinstance(b.get("source"), str) else None,
+            "note": b.get("note") if isinstance(b.get("note"), str) else None,
+            "columns": columns, "rows": rows}
+
+
+def _check_columns(c: Any, raw_cols: Any, where: str,
+                   tasks: Sequence[tuple[str, str]]) -> dict[str, Optional[str]]:
+    """A table's ``columns`` (title -> task of this file): each title's task key (``None`` if unknown)."""
+    columns: dict[str, Optional[str]] = {}
+    if not isinstance(raw_cols, dict) or not raw_cols:
+        c.add(f"{where}.columns", "required: a mapping of column titles to tasks of this file, "
+                                  "e.g. {all: sudoku9, hard: 'sudoku9(grade=hard)'}")
+        return columns
+    for col, value in raw_cols.items():
+        key, why = resolve_task(value, tasks)
+        if key is None:
+            c.add(f"{where}.columns.{col}", why)
+        columns[str(col)] = key
+    return columns
+
+
+def _check_row_strategy(c: Any, strategy: Any, rw: str, columns: dict[str, Optional[str]],
+                        names: dict[str, str],
+                        strategies: Optional[dict[str, Optional[list]]]) -> Optional[str]:
+    """A row's ``strategy``: a strategy label of this file that runs on every column's task (``None``
+    when missing)."""
+    if not isinstance(strategy, str) or not strategy:
+        c.add(f"{rw}.strategy", "required: a strategy label of this file")
+        return None
+    if strategies is not None and strategy not in strategies:
+        c.add(f"{rw}.strategy", f"unknown strategy {strategy!r}; allowed: a strategy label of this file."
+              + did_you_mean(strategy, list(strategies)))
+    elif strategies is not None and strategies[strategy] is not None:
+        for col, key in columns.items():
+            if key is not None and names.get(key, key) not in strategies[strategy]:
+                c.add(f"{rw}.strategy", f"{strategy!r} does not run on task {key} (column {col!r}): its "
+                                        f"tasks are {strategies[strategy]}")
+    return strategy
+
+
+def _check_figures(c: Any, pub: Any, rw: str, columns: dict[str, Optional[str]]) -> dict[str,
+                                                                                         Optional[float]]:
+    """A row's ``published`` figures: a number per known column."""
+    figures: dict[str, Optional[float]] = {}
+    if not isinstance(pub, dict):
+        c.add(f"{rw}.published", f"{pub!r} is not allowed; allowed: a mapping {{column: number}}")
+        pub = {}
+    for col, v in pub.items():
+        if str(col) not in columns and columns:
+            close = difflib.get_close_matches(str(col), list(columns), n=1)
+            c.add(f"{rw}.published.{col}", f"unknown column {col!r}"
+                  + (f"; did you mean {close[0]!r}?" if close else "")
+                  + f"; allowed: the table's columns ({', '.join(columns)})")
+        elif not _number(v):
+            c.add(f"{rw}.published.{col}", f"{v!r} is not allowed; allowed: a number (the paper's "
+                                           "figure, in percent)")
+        else:
+            figures[str(col)] = v
+    return figures
 
 
 # ====================================================================== the report's tables
@@ -197,7 +225,8 @@ def _paper_text(v: Optional[float]) -> str:
     return MISSING if v is None else f"{v:g}"
 
 
-def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = False) -> tuple[list[str], list[dict]]:
+def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = False) -> tuple[list[str],
+                                                                                              list[dict]]:
     """Markdown lines and JSON of every ``published`` table of ``runs`` (``RunInfo``), ours from the
     aggregated ``rows`` (:func:`experiments.report.aggregate`)."""
     md: list[str] = []
@@ -222,7 +251,8 @@ def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = Fa
                 md += [f"Source: {b['source'].rstrip('.')}.", ""]
             if b["note"]:
                 md += [b["note"], ""]
-            head = ["label", "strategy (this run)"] + [f"{col}: {who}" for col in cols for who in ("ours", "paper")]
+            head = ["label", "strategy (this run)"] + [f"{col}: {who}" for col in cols
+                                                       for who in ("ours", "paper")]
             md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
             for tr in table_rows:
                 vals = [tr["label"], tr["strategy"] or MISSING]
@@ -233,7 +263,7 @@ def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = Fa
             seeds = sorted({s for tr in table_rows for c in tr["cells"].values() for s in (c["seeds"] or [])})
             md += ["", "Columns: " + "; ".join(f"{col} = task `{key or '?'}`" for col, key in cols.items())
                    + f". *ours*: run `{run.name}`, quality in percent (mean over seeds {seeds or '–'}; "
-                   f"{'/'.join(map(str, ns)) or '–'} test examples per cell) with NFE and tokens per forward; "
-                   f"*paper*: the published figure, as the experiment file gives it; {MISSING}: not run (yet) or "
-                   "not published.", ""]
+                   f"{'/'.join(map(str, ns)) or '–'} test examples per cell) with NFE and tokens per "
+                   f"forward; *paper*: the published figure, as the experiment file gives it; {MISSING}: "
+                   f"not run (yet) or not published.", ""]
     return md, out

@@ -22,8 +22,10 @@ averaged over seeds (peak memory: the maximum). Per task the report shows
 ``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
 ``ms_per_token``, ``peak_mem_mb``, ``aup`` (its curve's); ``tasks`` maps each task's name (``exp /
 task`` when several experiments are reported) to ``{"experiment", "task", "quality_metric",
-"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched", "against_base"}``
-(``matched``: :func:`experiments.matched.matched_points`; ``against_base``: :func:`experiments.against_base.compare`); ``matched`` counts the tasks meeting the targets
+"y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched",
+"against_base"}``
+(``matched``: :func:`experiments.matched.matched_points`; ``against_base``:
+:func:`experiments.against_base.compare`); ``matched`` counts the tasks meeting the targets
 (:func:`experiments.matched.matched_summary`); ``published`` lists
 the experiment files' ``published`` tables (:mod:`experiments.published`), shown in the markdown after
 the headline: ``{"experiment", "title", "source", "note", "columns": {title: task}, "rows": [{"label",
@@ -42,8 +44,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from experiments.aup import task_aup
 from experiments.against_base import compare, compare_markdown, compare_summary
+from experiments.aup import task_aup
 from experiments.matched import matched_markdown, matched_points, matched_summary, summary_line
 from experiments.plots import KIND_COLOURS, KIND_ORDER, curves_of, pareto_front, plot_task, quality_label
 from experiments.published import published_tables
@@ -89,12 +91,14 @@ def find_runs(paths: Sequence["str | Path"]) -> list[RunInfo]:
         import yaml
 
         exp = yaml.safe_load((f / "experiment.yaml").read_text()) if (f / "experiment.yaml").is_file() else {}
-        runs.append(RunInfo(path=f, name=f.name, rows=rows, environment=env, invocations=inv, experiment=exp or {}))
+        runs.append(RunInfo(path=f, name=f.name, rows=rows, environment=env, invocations=inv,
+                            experiment=exp or {}))
     return runs
 
 
 def _mean(xs: Sequence[Any]) -> Optional[float]:
-    vals = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)]
+    vals = [float(x) for x in xs if isinstance(x, (int, float)) and not isinstance(x, bool)
+            and math.isfinite(x)]
     return sum(vals) / len(vals) if vals else None
 
 
@@ -120,7 +124,8 @@ def aggregate(runs: Sequence[RunInfo]) -> list[dict]:
             "higher_is_better": bool(first.get("higher_is_better", True)),
             "nfe": _mean([r["nfe"] for r in rows]), "tpf": _mean([r["tpf"] for r in rows]),
             "ms_per_token": _mean([r["ms_per_token"] for r in rows]),
-            "peak_mem_mb": max((r["peak_mem_mb"] for r in rows if r.get("peak_mem_mb") is not None), default=None),
+            "peak_mem_mb": max((r["peak_mem_mb"] for r in rows if r.get("peak_mem_mb") is not None),
+                               default=None),
             "lookahead_nfe": _mean([r.get("lookahead_nfe") for r in rows]),
             "n": first.get("n"), "seeds": sorted({r["seed"] for r in rows}),
             "metrics": {m: _mean([(r.get("metrics") or {}).get(m) for r in rows]) for m in metrics},
@@ -179,7 +184,8 @@ def _by_aup(rows: list[dict], aups: dict[str, float]) -> list[dict]:
     first = {}
     for r in sorted(rows, key=_sort_key):
         first.setdefault(r["curve"], _sort_key(r))
-    return sorted(rows, key=lambda r: (r["kind"] == "oracle", -aups.get(r["curve"], -math.inf), first[r["curve"]],
+    return sorted(rows,
+                  key=lambda r: (r["kind"] == "oracle", -aups.get(r["curve"], -math.inf), first[r["curve"]],
                                        r["curve"],
                                        r["tpf"] if r["tpf"] is not None else math.inf))
 
@@ -193,7 +199,8 @@ def headline(rows: list[dict], tolerance: float = 0.01) -> dict[str, Any]:
     if ref is not None and ref["quality"] is not None:
         hib = ref["higher_is_better"]
         ok = [r for r in rows if r["kind"] not in ("reference", "oracle") and r["quality"] is not None and
-              (r["quality"] >= ref["quality"] - tolerance if hib else r["quality"] <= ref["quality"] * (1 + tolerance))]
+              (r["quality"] >= ref["quality"] - tolerance if hib
+               else r["quality"] <= ref["quality"] * (1 + tolerance))]
         best = max(ok, key=lambda r: (r["tpf"] or 0.0), default=None)
     return {"reference": ref, "best": best, "oracle": oracle}
 
@@ -202,7 +209,8 @@ def _row_text(r: Optional[dict]) -> str:
     if r is None:
         return "–"
     q = "accuracy" if r["quality_metric"] == "accuracy" else r["quality_metric"]
-    return f"{r['strategy']} ({r['kind']}): {q} {_f(r['quality'])}, {_f(r['nfe'], 2)} NFE, {_f(r['tpf'], 2)} tokens/forward"
+    return (f"{r['strategy']} ({r['kind']}): {q} {_f(r['quality'])}, {_f(r['nfe'], 2)} NFE, "
+            f"{_f(r['tpf'], 2)} tokens/forward")
 
 
 def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "docs", *,
@@ -212,43 +220,106 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
     rows = aggregate(runs)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plots_dir = out / "plots"
     by_task: "OrderedDict[tuple[str, str], list[dict]]" = OrderedDict()
     for r in rows:
         by_task.setdefault((r["experiment"], r["task"]), []).append(r)
     multi = len({r["experiment"] for r in rows}) > 1
     written: dict[str, Path] = {}
+    md = _intro_markdown(runs, title, command)
+    headline_md, tasks = _headline_markdown(by_task, multi)
+    md += headline_md
+    matched = matched_summary(tasks)
+    md += [summary_line(matched)] + ([line] if (line := compare_summary(tasks)) else []) + [""]
+    published_md, published = published_tables(runs, rows, multi)
+    md += published_md
+    for (exp, task), trows in by_task.items():
+        name = f"{exp} / {task}" if multi else task
+        section, png = _task_section(name, _slug(f"{exp}-{task}" if multi else task), trows, tasks[name],
+                                     out / "plots")
+        written[f"plot:{name}"] = png
+        md += section
+    md += _READING
+    md_path = out / "benchmark.md"
+    md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
+    json_rows = [{k: r[k] for k in _JSON_FIELDS} for r in rows]
+    json_path = out / "benchmark.json"
+    doc = {"rows": json_rows, "tasks": tasks, "matched": matched, "published": published}
+    json_path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    written["markdown"] = md_path
+    written["json"] = json_path
+    return written
+
+
+#: the fields of each row of ``benchmark.json``
+_JSON_FIELDS = ("experiment", "task", "strategy", "curve", "sweep", "kind", "aup", "accuracy", "nfe", "tpf",
+                "ms_per_token", "peak_mem_mb", "lookahead", "quality_metric", "quality", "higher_is_better",
+                "controller", "params", "n", "seeds", "metrics", "model", "lookahead_nfe")
+
+#: the closing section of ``benchmark.md``: what each column means
+_READING = [
+    "## Reading the table", "",
+    "- *quality*: the task's own score (exact match; for Sudoku any valid completion; for pairs every slot a "
+    "valid phrase) unless the task names another metric (free text: generative perplexity under a small "
+    "causal LM trained on the corpus, lower is better).",
+    "- *kind*: `reference` decodes one token per forward; `baseline` are the published samplers (LLaDA, "
+    "Dream, Fast-dLLM, EB, ...); `heuristic`, `tuned` (Optuna) and `learned` are this project's "
+    "controllers; `oracle` commits exactly the tokens the reference ends with, the upper bound on tokens "
+    "per forward at the reference's output.",
+    "- *tokens per forward* = generated positions / NFE, averaged over samples.",
+    "- *AUP* (accuracy under parallelism, the d3LLM leaderboard's score): over a curve's points (ρ tokens "
+    "per forward, y accuracy in percent) sorted by ρ, those more than 5 points below the first dropped, "
+    "AUP = ρ₁·y₁ + Σ ½(ρᵢ − ρᵢ₋₁)(yᵢ·W(yᵢ) + yᵢ₋₁·W(yᵢ₋₁)) with W(y) = min(exp(−3(1 − y/y_max)), 1): "
+    "the area under the curve, discounting accuracy lost against the best strategy. A curve is the "
+    "points of one sweep. A single point scores its unweighted rectangle ρ·y (as in the reference), so a "
+    "fast, inaccurate single point can outscore an accurate one: compare sweeps.", ""]
+
+
+def _intro_markdown(runs: Sequence[Any], title: str, command: Optional[str]) -> list[str]:
+    """The report's title, how its figures were measured, and the setup of every run."""
     md: list[str] = [f"# {title}", ""]
-    md += [f"Generated by `{command or 'adec report'}` from {len(runs)} run folder(s); every figure below was "
-           "measured in one run per experiment, all strategies side by side on the same model, the same test "
-           "examples and the same seeds. NFE (forward passes per sample, lookahead rollouts included) is exact; "
-           "ms per token is the wall time of the whole decode divided by the generated positions; peak memory "
-           "is measured above the process's memory at the start of each cell.", ""]
+    md += [f"Generated by `{command or 'adec report'}` from {len(runs)} run folder(s); every figure below "
+           f"was measured in one run per experiment, all strategies side by side on the same model, the "
+           f"same test examples and the same seeds. NFE (forward passes per sample, lookahead rollouts "
+           f"included) is exact; ms per token is the wall time of the whole decode divided by the generated "
+           f"positions; peak memory is measured above the process's memory at the start of each cell.", ""]
     md += ["## Setup", ""]
     for run in runs:
-        env, exp = run.environment, run.experiment
-        md.append(f"**Run `{run.name}`** ({run.path}):")
-        md.append("")
-        md.append(f"- machine: {env.get('cpu', '?')}, {env.get('cores', '?')} cores"
-                  + (f", {env['memory_gb']} GB memory" if env.get("memory_gb") else "")
-                  + (f", GPUs: {', '.join(env['gpus'])}" if env.get("gpus") else "")
-                  + f"; torch {env.get('torch', '?')} ({env.get('torch_threads', '?')} threads), "
-                    f"Python {env.get('python', '?')}, {env.get('platform', '?')}"
-                  + (f"; {env['world_size']} processes" if env.get("world_size", 1) > 1 else ""))
-        cmds = sorted({i["command"] for i in run.invocations if i.get("command")})
-        if cmds:
-            md.append("- commands: " + "; ".join(f"`{c}`" for c in cmds))
-        md.append(f"- seeds: {exp.get('seeds', [0])}; {exp.get('n', 100)} {exp.get('split', 'test')} examples per "
-                  f"cell (data seed {exp.get('data_seed', 0)}); batch size {exp.get('batch_size', 64)}; "
-                  f"timing: median of {exp.get('repeats', 1)} run(s)")
-        models = sorted({str(r.get("model")) for r in run.rows})
-        md.append(f"- models: {', '.join(models)}")
-        skipped = json.loads((run.path / "skipped.json").read_text()) if (run.path / "skipped.json").is_file() else []
-        if skipped:
-            md.append(f"- not run ({len(skipped)} strategy x task pairs whose files were missing): "
-                      + "; ".join(f"{s['strategy']} on {s['task']}" for s in skipped))
-        md.append("")
-    md += ["## Headline", ""]
+        md += _run_setup(run)
+    return md
+
+
+def _run_setup(run: Any) -> list[str]:
+    """One run's setup lines: machine, commands, seeds and sizes, models, strategies not run."""
+    env, exp = run.environment, run.experiment
+    md = [f"**Run `{run.name}`** ({run.path}):", ""]
+    md.append(f"- machine: {env.get('cpu', '?')}, {env.get('cores', '?')} cores"
+              + (f", {env['memory_gb']} GB memory" if env.get("memory_gb") else "")
+              + (f", GPUs: {', '.join(env['gpus'])}" if env.get("gpus") else "")
+              + f"; torch {env.get('torch', '?')} ({env.get('torch_threads', '?')} threads), "
+                f"Python {env.get('python', '?')}, {env.get('platform', '?')}"
+              + (f"; {env['world_size']} processes" if env.get("world_size", 1) > 1 else ""))
+    cmds = sorted({i["command"] for i in run.invocations if i.get("command")})
+    if cmds:
+        md.append("- commands: " + "; ".join(f"`{c}`" for c in cmds))
+    md.append(f"- seeds: {exp.get('seeds', [0])}; {exp.get('n', 100)} {exp.get('split', 'test')} examples "
+              f"per cell (data seed {exp.get('data_seed', 0)}); batch size {exp.get('batch_size', 64)}; "
+              f"timing: median of {exp.get('repeats', 1)} run(s)")
+    models = sorted({str(r.get("model")) for r in run.rows})
+    md.append(f"- models: {', '.join(models)}")
+    skipped_file = run.path / "skipped.json"
+    skipped = json.loads(skipped_file.read_text()) if skipped_file.is_file() else []
+    if skipped:
+        md.append(f"- not run ({len(skipped)} strategy x task pairs whose files were missing): "
+                  + "; ".join(f"{s['strategy']} on {s['task']}" for s in skipped))
+    md.append("")
+    return md
+
+
+def _headline_markdown(by_task: "OrderedDict[tuple[str, str], list[dict]]",
+                       multi: bool) -> tuple[list[str], dict[str, dict]]:
+    """The headline per task (reference, best within 1 point, oracle, highest AUP) and each task's
+    scores: AUPs (also written into every row's ``aup``), matched points, the comparison with the base."""
+    md = ["## Headline", ""]
     tasks: dict[str, dict] = {}
     for (exp, task), trows in by_task.items():
         h = headline(trows)
@@ -265,67 +336,46 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
         md.append(f"- **{name}**: reference {_row_text(h['reference'])}; best within 1 point of it: "
                   f"{_row_text(h['best'])}; oracle bound: {_row_text(h['oracle'])}; highest AUP: "
                   + (f"{best_aup[0]} ({best_aup[1]:.1f})" if best_aup else scores["note"] or "–"))
-    matched = matched_summary(tasks)
-    md += [summary_line(matched)] + ([line] if (line := compare_summary(tasks)) else []) + [""]
-    published_md, published = published_tables(runs, rows, multi)
-    md += published_md
-    for (exp, task), trows in by_task.items():
-        name = f"{exp} / {task}" if multi else task
-        scores = tasks[name]
-        trows = _by_aup(trows, scores["aup"])
-        slug = _slug(f"{exp}-{task}" if multi else task)
-        png = plots_dir / f"benchmark-{slug}.png"
-        seeds = sorted({s for r in trows for s in r["seeds"]})
-        plot_task(trows, png, f"{name}: {quality_label(trows[0])} vs tokens per forward (n={trows[0]['n']}, "
-                  f"seeds {seeds})", scores["aup"])
-        written[f"plot:{name}"] = png
-        md += [f"## {name}", "", f"![{name}: quality versus tokens per forward](plots/{png.name})", ""]
-        if scores["aup"]:
-            md += [f"Sorted by AUP (y_max = {scores['y_max']:.1f} %, the best accuracy on this task); the rows of a "
-                   "curve share its AUP; the oracle, a bound, comes last.", ""]
-        elif scores["note"]:
-            md += [scores["note"][0].upper() + scores["note"][1:] + ".", ""]
-        qname = "accuracy" if trows[0]["quality_metric"] == "accuracy" else trows[0]["quality_metric"]
-        extra = [m for m in sorted({m for r in trows for m in r["metrics"]}) if m != trows[0]["quality_metric"]]
-        head = ["strategy", "AUP", "kind", "lookahead", f"quality: {qname}",
-                *([] if qname == "accuracy" else ["accuracy"]),
-                *extra, "NFE", "tokens per forward", "ms per token", "peak memory (MB)"]
-        md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-        for r in trows:
-            vals = [r["strategy"], _f(r["aup"], 1), r["kind"], "yes" if r["lookahead"] else "no", _f(r["quality"])]
-            if qname != "accuracy":
-                vals.append(_f(r["accuracy"]))
-            vals += [_f(r["metrics"].get(m)) for m in extra]
-            vals += [_f(r["nfe"], 2), _f(r["tpf"], 2), _f(r["ms_per_token"], 3), _f(r["peak_mem_mb"], 1)]
-            md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
-        md.append("")
-        md += matched_markdown(name, scores["matched"], trows[0]["quality_metric"])
-        md += compare_markdown(name, scores["against_base"])
-    md += ["## Reading the table", "",
-           "- *quality*: the task's own score (exact match; for Sudoku any valid completion; for pairs every slot a "
-           "valid phrase) unless the task names another metric (free text: generative perplexity under a small "
-           "causal LM trained on the corpus, lower is better).",
-           "- *kind*: `reference` decodes one token per forward; `baseline` are the published samplers (LLaDA, "
-           "Dream, Fast-dLLM, EB, ...); `heuristic`, `tuned` (Optuna) and `learned` are this project's "
-           "controllers; `oracle` commits exactly the tokens the reference ends with, the upper bound on tokens "
-           "per forward at the reference's output.",
-           "- *tokens per forward* = generated positions / NFE, averaged over samples.",
-           "- *AUP* (accuracy under parallelism, the d3LLM leaderboard's score): over a curve's points (ρ tokens per "
-           "forward, y accuracy in percent) sorted by ρ, those more than 5 points below the first dropped, "
-           "AUP = ρ₁·y₁ + Σ ½(ρᵢ − ρᵢ₋₁)(yᵢ·W(yᵢ) + yᵢ₋₁·W(yᵢ₋₁)) with W(y) = min(exp(−3(1 − y/y_max)), 1): "
-           "the area under the curve, discounting accuracy lost against the best strategy. A curve is the "
-           "points of one sweep. A single point scores its unweighted rectangle ρ·y (as in the reference), so a fast, "
-           "inaccurate single point can outscore an accurate one: compare sweeps.", ""]
-    md_path = out / "benchmark.md"
-    md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
-    json_rows = [{k: r[k] for k in ("experiment", "task", "strategy", "curve", "sweep", "kind", "aup", "accuracy",
-                                     "nfe", "tpf", "ms_per_token", "peak_mem_mb", "lookahead", "quality_metric",
-                                     "quality", "higher_is_better", "controller", "params", "n", "seeds", "metrics",
-                                     "model", "lookahead_nfe")}
-                 for r in rows]
-    json_path = out / "benchmark.json"
-    doc = {"rows": json_rows, "tasks": tasks, "matched": matched, "published": published}
-    json_path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    written["markdown"] = md_path
-    written["json"] = json_path
-    return written
+    return md, tasks
+
+
+def _task_section(name: str, slug: str, trows: list[dict], scores: dict,
+                  plots_dir: Path) -> tuple[list[str], Path]:
+    """One task's section (its plot, its rows sorted by AUP, matched points, comparison with the
+    base) and the plot's path."""
+    trows = _by_aup(trows, scores["aup"])
+    png = plots_dir / f"benchmark-{slug}.png"
+    seeds = sorted({s for r in trows for s in r["seeds"]})
+    plot_task(trows, png, f"{name}: {quality_label(trows[0])} vs tokens per forward (n={trows[0]['n']}, "
+              f"seeds {seeds})", scores["aup"])
+    md = [f"## {name}", "", f"![{name}: quality versus tokens per forward](plots/{png.name})", ""]
+    if scores["aup"]:
+        md += [f"Sorted by AUP (y_max = {scores['y_max']:.1f} %, the best accuracy on this task); the rows "
+               f"of a curve share its AUP; the oracle, a bound, comes last.", ""]
+    elif scores["note"]:
+        md += [scores["note"][0].upper() + scores["note"][1:] + ".", ""]
+    md += _task_table(trows)
+    md += matched_markdown(name, scores["matched"], trows[0]["quality_metric"])
+    md += compare_markdown(name, scores["against_base"])
+    return md, png
+
+
+def _task_table(trows: list[dict]) -> list[str]:
+    """The markdown table of one task's rows: AUP, kind, quality (and accuracy), its other metrics,
+    NFE, tokens per forward, ms per token, peak memory."""
+    qname = "accuracy" if trows[0]["quality_metric"] == "accuracy" else trows[0]["quality_metric"]
+    extra = [m for m in sorted({m for r in trows for m in r["metrics"]}) if m != trows[0]["quality_metric"]]
+    head = ["strategy", "AUP", "kind", "lookahead", f"quality: {qname}",
+            *([] if qname == "accuracy" else ["accuracy"]),
+            *extra, "NFE", "tokens per forward", "ms per token", "peak memory (MB)"]
+    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in trows:
+        vals = [r["strategy"], _f(r["aup"], 1), r["kind"], "yes" if r["lookahead"] else "no",
+                _f(r["quality"])]
+        if qname != "accuracy":
+            vals.append(_f(r["accuracy"]))
+        vals += [_f(r["metrics"].get(m)) for m in extra]
+        vals += [_f(r["nfe"], 2), _f(r["tpf"], 2), _f(r["ms_per_token"], 3), _f(r["peak_mem_mb"], 1)]
+        md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
+    md.append("")
+    return md

@@ -88,13 +88,14 @@ def read_samples(path: Path) -> list[dict]:
         return [json.loads(line) for line in fh if line.strip()]
 
 
-SUMMARY_COLUMNS = ("task", "strategy", "kind", "seed", "n", "quality_metric", "quality", "accuracy", "nfe", "tpf",
-                   "ms_per_token", "peak_mem_mb", "lookahead", "cell")
+SUMMARY_COLUMNS = ("task", "strategy", "kind", "seed", "n", "quality_metric", "quality", "accuracy", "nfe",
+                   "tpf", "ms_per_token", "peak_mem_mb", "lookahead", "cell")
 
 
 def summary_markdown(rows: list[dict]) -> str:
     metric_names = sorted({m for r in rows for m in (r.get("metrics") or {})})
-    head = ["task", "strategy", "kind", "seed", "n", "accuracy", *metric_names, "NFE", "tok/fwd", "ms/tok", "peak MB"]
+    head = ["task", "strategy", "kind", "seed", "n", "accuracy", *metric_names, "NFE", "tok/fwd", "ms/tok",
+            "peak MB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         vals = [r["task"], r["strategy"], r["kind"], str(r["seed"]), str(r["n"]), _fmt(r["accuracy"])]
@@ -172,67 +173,24 @@ def run_experiment(
     if resume and not run_dir.is_dir():
         raise FileNotFoundError(f"--resume: no run folder {str(run_dir)!r} to resume")
     if dist.is_main:
-        if overwrite and cells_dir.is_dir():
-            os.replace(cells_dir, run_dir / f"cells.old-{time.strftime('%Y%m%d-%H%M%S')}")
-        cells_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(run_dir / "experiment.yaml", yaml.safe_dump(exp.raw, sort_keys=False, allow_unicode=True))
-        env = machine_info()
-        env["world_size"] = dist.world_size
-        _write_atomic(run_dir / "environment.json", json.dumps(env, indent=2) + "\n")
-        labels = {st.path: st.label for st in exp.strategies}
-        _write_atomic(run_dir / "skipped.json", json.dumps(
-            [{"strategy": labels.get(p, p), "path": p, "task": t, "reason": m, "prepare": c}
-             for p, t, m, c in exp.skipped], indent=2) + "\n")
-        with open(run_dir / "invocations.jsonl", "a", encoding="utf-8") as fh:
-            fh.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "command": command or "",
-                                 "source": exp.source, "world_size": dist.world_size}) + "\n")
+        _prepare_run_dir(exp, run_dir, overwrite, dist.world_size, command)
     dist.barrier()
 
     cells = exp.cells()
-    done = [c.id for c in cells if (cells_dir / c.id / "summary.json").is_file()]
-    done = dist.broadcast(done)
-    todo = [c for c in cells if c.id not in set(done)]
-    if dist.is_main and done:
-        print(f"adec run: {run_dir}: {len(done)} of {len(cells)} cells already finished; running "
-              f"the other {len(todo)} (use --overwrite to recompute)", file=sys.stderr)
-        for c in cells:
-            for path in (stale_inputs(c.params, cells_dir / c.id / "summary.json") if c.id in done else []):
-                print(f"adec run: warning: cell {c.id} finished before {path} changed: its figures are from the "
-                      f"earlier file (delete {cells_dir / c.id} or use --overwrite to recompute)", file=sys.stderr)
+    done, todo = _finished_cells(cells, cells_dir, run_dir, dist)
     wb = _init_wandb(wandb_mode, exp, run_dir, len(cells)) if dist.is_main else None
-    bar = None
-    if dist.is_main and progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(cells), initial=len(done), desc=exp.name, unit="cell", dynamic_ncols=True)
+    bar = _progress_bar(exp.name, len(cells), len(done)) if dist.is_main and progress else None
     evaluated: list[str] = []
     interrupted = False
     device = resolve_device(exp.device, dist.local_rank)
     tasks: dict[str, Any] = {}
     try:
-        # finished cells: add metrics requested since, from the stored samples (no decoding); take the curve and kind
+        # finished cells: add metrics requested since and take curve and kind, from the stored samples
         if dist.is_main:
             for cell in cells:
                 if cell.id in done:
                     _refresh_finished(cell, cells_dir / cell.id, tasks, device)
-        for cell in todo:
-            if max_cells is not None and len(evaluated) >= max_cells:
-                interrupted = True
-                break
-            if bar is not None:
-                bar.set_postfix_str(cell.describe()[:60])
-            task = _task_for(tasks, cell.task)
-            loaded = load_any_model(cell.model, device=device)
-            t0 = time.perf_counter()
-            result = evaluate_cell(cell, loaded, task, exp, dist)
-            seconds = time.perf_counter() - t0
-            if dist.is_main:
-                row = _write_cell(cell, cells_dir / cell.id, result, task, device, seconds, dist.world_size, loaded)
-                _log_wandb(wb, cell, row)
-            evaluated.append(cell.id)
-            if bar is not None:
-                bar.update(1)
-            dist.barrier()
+        interrupted = _run_cells(todo, exp, dist, cells_dir, device, tasks, max_cells, evaluated, bar, wb)
     finally:
         if bar is not None:
             bar.close()
@@ -241,6 +199,78 @@ def run_experiment(
             _finish_wandb(wb, rows)
     return RunResult(run_dir=run_dir, rows=rows, evaluated=evaluated,
                      reused=[c for c in done if c in {x.id for x in cells}], interrupted=interrupted)
+
+
+def _progress_bar(name: str, total: int, done: int) -> Any:
+    """A tqdm bar over the experiment's cells, starting at the finished ones."""
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, initial=done, desc=name, unit="cell", dynamic_ncols=True)
+
+
+def _prepare_run_dir(exp: Experiment, run_dir: Path, overwrite: bool, world_size: int,
+                     command: Optional[str]) -> None:
+    """Rank 0: make ``cells/`` (moving the finished ones aside when ``overwrite``) and record the
+    experiment, the machine, the skipped strategies and this invocation."""
+    cells_dir = run_dir / "cells"
+    if overwrite and cells_dir.is_dir():
+        os.replace(cells_dir, run_dir / f"cells.old-{time.strftime('%Y%m%d-%H%M%S')}")
+    cells_dir.mkdir(parents=True, exist_ok=True)
+    _write_atomic(run_dir / "experiment.yaml", yaml.safe_dump(exp.raw, sort_keys=False, allow_unicode=True))
+    env = machine_info()
+    env["world_size"] = world_size
+    _write_atomic(run_dir / "environment.json", json.dumps(env, indent=2) + "\n")
+    labels = {st.path: st.label for st in exp.strategies}
+    _write_atomic(run_dir / "skipped.json", json.dumps(
+        [{"strategy": labels.get(p, p), "path": p, "task": t, "reason": m, "prepare": c}
+         for p, t, m, c in exp.skipped], indent=2) + "\n")
+    with open(run_dir / "invocations.jsonl", "a", encoding="utf-8") as fh:
+        fh.write(json.dumps({"time": time.strftime("%Y-%m-%d %H:%M:%S"), "command": command or "",
+                             "source": exp.source, "world_size": world_size}) + "\n")
+
+
+def _finished_cells(cells: list[Cell], cells_dir: Path, run_dir: Path, dist: Any) -> tuple[list[str],
+                                                                                           list[Cell]]:
+    """The ids of the cells already finished (rank 0's view, broadcast) and the cells still to run;
+    rank 0 says so and warns of finished cells whose input files changed since."""
+    done = [c.id for c in cells if (cells_dir / c.id / "summary.json").is_file()]
+    done = dist.broadcast(done)
+    todo = [c for c in cells if c.id not in set(done)]
+    if dist.is_main and done:
+        print(f"adec run: {run_dir}: {len(done)} of {len(cells)} cells already finished; running "
+              f"the other {len(todo)} (use --overwrite to recompute)", file=sys.stderr)
+        for c in cells:
+            for path in (stale_inputs(c.params, cells_dir / c.id / "summary.json") if c.id in done else []):
+                print(f"adec run: warning: cell {c.id} finished before {path} changed: its figures are from "
+                      f"the earlier file (delete {cells_dir / c.id} or use --overwrite to recompute)",
+                      file=sys.stderr)
+    return done, todo
+
+
+def _run_cells(todo: list[Cell], exp: Experiment, dist: Any, cells_dir: Path, device: Any,
+               tasks: dict[str, Any],
+               max_cells: Optional[int], evaluated: list[str], bar: Any, wb: Any) -> bool:
+    """Evaluate the unfinished cells in order (rank 0 writes each, logs it to W&B), appending each id
+    to ``evaluated``; returns whether ``max_cells`` stopped the run early."""
+    for cell in todo:
+        if max_cells is not None and len(evaluated) >= max_cells:
+            return True
+        if bar is not None:
+            bar.set_postfix_str(cell.describe()[:60])
+        task = _task_for(tasks, cell.task)
+        loaded = load_any_model(cell.model, device=device)
+        t0 = time.perf_counter()
+        result = evaluate_cell(cell, loaded, task, exp, dist)
+        seconds = time.perf_counter() - t0
+        if dist.is_main:
+            row = _write_cell(cell, cells_dir / cell.id, result, task, device, seconds, dist.world_size,
+                              loaded)
+            _log_wandb(wb, cell, row)
+        evaluated.append(cell.id)
+        if bar is not None:
+            bar.update(1)
+        dist.barrier()
+    return False
 
 
 def stale_inputs(params: Any, summary: Path) -> list[str]:
@@ -317,8 +347,8 @@ def _refresh_finished(cell: Cell, folder: Path, tasks: dict, device: str) -> Non
             if m.per_sample is not None:
                 for s, v in zip(samples, m.per_sample):
                     s.setdefault("metrics", {})[name] = v
-        _write_atomic(folder / "samples.jsonl", "".join(json.dumps(_clean(s), default=_json_default,
-                                                                      ensure_ascii=False) + "\n" for s in samples))
+        lines = (json.dumps(_clean(s), default=_json_default, ensure_ascii=False) + "\n" for s in samples)
+        _write_atomic(folder / "samples.jsonl", "".join(lines))
         summary.setdefault("metrics", {}).update({k: _clean(v.value) for k, v in metrics.items()})
     summary["higher_is_better"] = _higher_is_better(cell.task.quality)
     _set_quality(summary, cell.task.quality)
@@ -338,7 +368,8 @@ def _write_summary(exp: Experiment, cells: list[Cell], cells_dir: Path, run_dir:
         if f.is_file():
             rows.append(json.loads(f.read_text()))
     _write_atomic(run_dir / "summary.json", json.dumps(rows, indent=2) + "\n")
-    _write_atomic(run_dir / "summary.md", f"# {exp.name}: {len(rows)} of {len(cells)} cells\n\n" + summary_markdown(rows))
+    _write_atomic(run_dir / "summary.md",
+                  f"# {exp.name}: {len(rows)} of {len(cells)} cells\n\n" + summary_markdown(rows))
     buf = io.StringIO()
     w = csv.writer(buf)
     metric_names = sorted({m for r in rows for m in (r.get("metrics") or {})})
@@ -357,7 +388,8 @@ def _log_wandb(wb: Any, cell: Cell, row: dict) -> None:
         prefix = f"{cell.task.key}/{cell.strategy.label}/s{cell.seed}"
         data = {f"{prefix}/{k}": row[k] for k in ("accuracy", "nfe", "tpf", "ms_per_token", "peak_mem_mb")
                 if isinstance(row.get(k), (int, float))}
-        data.update({f"{prefix}/{k}": v for k, v in (row.get("metrics") or {}).items() if isinstance(v, (int, float))})
+        data.update({f"{prefix}/{k}": v for k, v in (row.get("metrics") or {}).items()
+                     if isinstance(v, (int, float))})
         data["cells_done"] = cell.index + 1
         wb.log(data)
     except Exception as exc:  # noqa: BLE001

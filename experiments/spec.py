@@ -86,8 +86,8 @@ KINDS: tuple[str, ...] = ("reference", "baseline", "heuristic", "tuned", "learne
 TOP_KEYS = ("name", "description", "model", "device", "n", "split", "batch_size", "repeats", "data_seed",
             "seeds", "decode", "metrics", "on_missing", "tasks", "strategies", "published")
 TASK_KEYS = ("name", "params", "n", "metrics", "quality", "model", "decode")
-STRATEGY_KEYS = ("label", "controller", "params", "decode", "lookahead", "kind", "tasks", "prepare", "suite", "sweep",
-                 "curve")
+STRATEGY_KEYS = ("label", "controller", "params", "decode", "lookahead", "kind", "tasks", "prepare", "suite",
+                 "sweep", "curve")
 
 
 def suites() -> dict[str, tuple]:
@@ -96,7 +96,8 @@ def suites() -> dict[str, tuple]:
     from experiments import strategies
 
     return {k.lower(): v for k, v in vars(strategies).items()
-            if k.isupper() and isinstance(v, tuple) and v and all(isinstance(x, strategies.Strategy) for x in v)}
+            if k.isupper() and isinstance(v,
+                                          tuple) and v and all(isinstance(x, strategies.Strategy) for x in v)}
 SPLITS = ("train", "validation", "test")
 
 
@@ -131,7 +132,8 @@ class TaskSpec:
 
     @property
     def key(self) -> str:
-        return self.name + ("" if not self.params else "(" + ",".join(f"{k}={v}" for k, v in sorted(self.params.items())) + ")")
+        return self.name + ("" if not self.params else "("
+                            + ",".join(f"{k}={v}" for k, v in sorted(self.params.items())) + ")")
 
 
 @dataclass

@@ -44,7 +44,8 @@ def param_problem(cls: type, key: str, value: Any) -> Optional[str]:
         spec = cls.params.get(head)
         if spec is None or spec.kind not in _MAPPING_KINDS:
             return (f"{head!r} is not a mapping parameter of {cls.display_name()}; a dotted key reaches "
-                    f"inside one of: {', '.join(k for k, p in cls.params.items() if p.kind in _MAPPING_KINDS) or 'none'}")
+                    f"inside one of: "
+                    f"{', '.join(k for k, p in cls.params.items() if p.kind in _MAPPING_KINDS) or 'none'}")
         return None
     if key == "steps_per_token":
         if "steps" not in known:
@@ -85,7 +86,8 @@ def _target(cls: Optional[type], key: str) -> Optional[str]:
     return "decode" if key in DecodeConfig._param_names() else None
 
 
-def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], where: str) -> list[StrategySpec]:
+def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type],
+                 where: str) -> list[StrategySpec]:
     """The strategies of ``spec`` swept over ``sweep`` (``{param: [values]}``); problems go to
     ``c.add(yaml path, message)`` and give no strategies."""
     from framework.engine.config import DecodeConfig
@@ -100,7 +102,8 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], wh
     kpath = f"{path}.{key}"
     target = _target(cls, key)
     if key == "seed":
-        c.add(kpath, "the decoding seed is the experiment's own axis: list the values in the top-level 'seeds'")
+        c.add(kpath,
+              "the decoding seed is the experiment's own axis: list the values in the top-level 'seeds'")
         return []
     if target is None:
         known = [*cls._param_names(), *(["steps_per_token"] if "steps" in cls._param_names() else []),
@@ -112,7 +115,8 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], wh
         c.add(kpath, f"{values!r} is not allowed; allowed: a non-empty list of values, e.g. {EXAMPLE}")
         return []
     fixed = spec.params if target == "params" else spec.decode
-    clash = [k for k in ({"steps", "steps_per_token"} if key in ("steps", "steps_per_token") else {key}) if k in fixed]
+    clash = [k for k in ({"steps", "steps_per_token"} if key in ("steps", "steps_per_token") else {key})
+             if k in fixed]
     if "." in key and target == "params":
         clash = [key] if _has_path(fixed, key) else []
     for k in sorted(clash):
@@ -123,7 +127,8 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type], wh
     ok = not clash and len(set(seen)) == len(seen)
     params = []
     for j, v in enumerate(values):
-        msg = (param_problem(cls, key, v) if cls is not None else None) if target == "params" else _decode_problem(key, v)
+        msg = (param_problem(cls, key, v) if cls is not None
+               else None) if target == "params" else _decode_problem(key, v)
         try:
             params.append(with_value(spec.params, key, v) if target == "params" else dict(spec.params))
         except ParameterError as exc:  # a dotted key through a value that is not a mapping

@@ -24,7 +24,8 @@ def run_experiment_worker(ctx: DistContext, path: str, out_dir: str, wandb_mode:
 
     exp = load_experiment(path, overrides=overrides)
     res = run_experiment(exp, out_dir, wandb_mode=wandb_mode if ctx.is_main else "disabled", resume=resume,
-                         overwrite=overwrite, progress=progress and ctx.is_main, max_cells=max_cells, dist=ctx,
+                         overwrite=overwrite, progress=progress and ctx.is_main, max_cells=max_cells,
+                         dist=ctx,
                          command=command)
     return res
 
@@ -61,7 +62,8 @@ def evaluate_jobs(ctx: Optional[DistContext], jobs: Sequence[dict]) -> list:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m experiments.workers",
-                                description="Lightning DDP training smoke (re-run by Lightning for each rank).")
+                                description="Lightning DDP training smoke (re-run by Lightning for each "
+                                            "rank).")
     sub = p.add_subparsers(dest="cmd", required=True)
     t = sub.add_parser("train-smoke", help="fit a tiny denoiser for a few steps under strategy='ddp'")
     t.add_argument("--out", required=True)

@@ -18,7 +18,8 @@ the --policy kinds on them (imitation):
 --method dagger then runs --rounds rounds: decode with the current policy, label the states it
 visits with the reference decode continued from each state, aggregate and retrain.
 --method rl fine-tunes the imitation policy with REINFORCE and a group baseline: Bernoulli commit
-actions centred on the threshold rule (probability sigmoid((logit p - logit tau)/T)), reward correct - lambda*NFE/G (or correct*exp(-lambda*NFE/G)), --rl-group rollouts per
+actions centred on the threshold rule (probability sigmoid((logit p - logit tau)/T)), reward correct -
+lambda*NFE/G (or correct*exp(-lambda*NFE/G)), --rl-group rollouts per
 prompt; checkpointed every iteration and resumed from rl/checkpoints/last.ckpt when re-run.
 
 Each policy's threshold is calibrated on the validation split (fewest NFE within --max-drop of
@@ -33,7 +34,8 @@ Examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("train-controller", help="train a learned commit policy (mlp, logreg, window transformer) by imitation, DAgger or RL",
+    p = sub.add_parser("train-controller", help="train a learned commit policy (mlp, logreg, window "
+                                                "transformer) by imitation, DAgger or RL",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", required=True, help="task name (see 'adec list tasks')")
     p.add_argument("--model", default=None, help="model name or folder (default: tiny-<task>)")
@@ -41,10 +43,19 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="task size knob, repeatable (e.g. --task-param digits=2)")
     p.add_argument("--out", default=None,
                    help="output folder (default: runs/controllers/TASK-MODEL, with -dagger or -rl appended)")
+    _add_method_options(p)
+    _add_rl_options(p)
+    _add_training_options(p)
+    p.set_defaults(func=run)
+
+
+def _add_method_options(p: argparse.ArgumentParser) -> None:
+    """How the policy is learned: method, policy kinds, their shape, the DAgger rounds."""
     p.add_argument("--method", default="imitation", choices=("imitation", "dagger", "rl"),
                    help="imitation (default), dagger (on-policy rounds) or rl (REINFORCE fine-tune)")
     p.add_argument("--policy", default="mlp,logreg",
-                   help="policy kinds to train, comma separated: mlp, logreg, transformer (default: mlp,logreg)")
+                   help="policy kinds to train, comma separated: mlp, logreg, transformer (default: "
+                        "mlp,logreg)")
     p.add_argument("--residual", action="store_true",
                    help="mlp/transformer learn a correction of the confidence rule: logit p(safe) = "
                         "logit(confidence) + g(features), g zero at the start (Fast-dLLM's threshold rule)")
@@ -52,30 +63,44 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="weight of unsafe rows in the loss: a wrong commit can cost the answer (default: 1)")
     p.add_argument("--rounds", type=int, default=2, help="DAgger rounds (default: 2)")
     p.add_argument("--states-per-rollout", type=int, default=4,
-                   help="DAgger: visited steps labelled per prompt, each costs one reference decode (default: 4)")
+                   help="DAgger: visited steps labelled per prompt, each costs one reference decode "
+                        "(default: 4)")
     p.add_argument("--dagger-threshold", type=float, default=0.9,
                    help="threshold the policy decodes with while DAgger visits states (default: 0.9)")
     p.add_argument("--window-arch", default="32,2,4", metavar="D,LAYERS,HEADS",
                    help="transformer width, layers and heads (default: 32,2,4)")
-    p.add_argument("--rl-iterations", type=int, default=20, help="RL: policy-gradient iterations (default: 20)")
+
+
+def _add_rl_options(p: argparse.ArgumentParser) -> None:
+    """The RL fine-tune's options (``--rl-*``, ``--no-resume``)."""
+    p.add_argument("--rl-iterations", type=int, default=20,
+                   help="RL: policy-gradient iterations (default: 20)")
     p.add_argument("--rl-prompts", type=int, default=16, help="RL: prompts per iteration (default: 16)")
-    p.add_argument("--rl-group", type=int, default=4, help="RL: rollouts per prompt, the group baseline (default: 4)")
-    p.add_argument("--rl-lambda", type=float, default=0.5, help="RL: λ, the weight of NFE/G in the reward (default: 0.5)")
+    p.add_argument("--rl-group", type=int, default=4,
+                   help="RL: rollouts per prompt, the group baseline (default: 4)")
+    p.add_argument("--rl-lambda", type=float, default=0.5,
+                   help="RL: λ, the weight of NFE/G in the reward (default: 0.5)")
     p.add_argument("--rl-reward", default="additive", choices=("additive", "multiplicative"),
                    help="RL: correct − λ·NFE/G (additive, default) or correct·exp(−λ·NFE/G)")
     p.add_argument("--rl-lr", type=float, default=1e-3, help="RL: Adam learning rate (default: 1e-3)")
     p.add_argument("--rl-threshold", type=float, default=0.99,
-                   help="RL: τ of the sampled policy, which commits with probability σ((logit p − logit τ)/T) "
-                        "(default: 0.99)")
-    p.add_argument("--rl-temperature", type=float, default=1.0, help="RL: T of the sampled policy (default: 1)")
+                   help="RL: τ of the sampled policy, which commits with probability σ((logit p − logit "
+                        "τ)/T) (default: 0.99)")
+    p.add_argument("--rl-temperature", type=float, default=1.0,
+                   help="RL: T of the sampled policy (default: 1)")
     p.add_argument("--rl-no-std", action="store_true",
                    help="RL: advantage R − group mean, not divided by the group's std (GRPO's division gives "
-                        "tiny NFE differences among all-correct rollouts the weight of a right/wrong difference)")
+                        "tiny NFE differences among all-correct rollouts the weight of a right/wrong "
+                        "difference)")
     p.add_argument("--rl-verify", type=float, default=None, metavar="TAU2",
                    help="RL: roll the sampled policy out inside 'verified' (WINO's hidden-slot check at τ₂ = "
-                        "TAU2), so commits that fail it return to the mask; calibration and the test decode then "
-                        "use 'verified' too, and so should you (default: off)")
+                        "TAU2), so commits that fail it return to the mask; calibration and the test decode "
+                        "then use 'verified' too, and so should you (default: off)")
     p.add_argument("--no-resume", action="store_true", help="RL: start afresh even if a checkpoint exists")
+
+
+def _add_training_options(p: argparse.ArgumentParser) -> None:
+    """Data sizes, the optimiser, calibration, logging and the decoding options."""
     p.add_argument("--n-train", type=int, default=256, help="train-split prompts to roll out (default: 256)")
     p.add_argument("--n-val", type=int, default=64, help="validation prompts (default: 64)")
     p.add_argument("--n-test", type=int, default=200, help="test prompts for the report (default: 200)")
@@ -85,7 +110,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default: 3e-3)")
     p.add_argument("--batch-size", type=int, default=256, help="training batch size in rows (default: 256)")
     p.add_argument("--rollout", default=None,
-                   help="record the states of this controller instead of sequential (labels stay sequential's)")
+                   help="record the states of this controller instead of sequential (labels stay "
+                        "sequential's)")
     p.add_argument("--no-calibrate", action="store_true", help="keep threshold 0.9 instead of calibrating")
     p.add_argument("--max-drop", type=float, default=0.01,
                    help="calibration: accuracy allowed below sequential (default: 0.01)")
@@ -96,15 +122,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cpu", help="device of the denoiser (default: cpu)")
     p.add_argument("--accelerator", default="cpu", help="Lightning accelerator for the MLP (default: cpu)")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
     from framework.core.params import parse_assignments
-    from framework.learning.pipeline import train_policy
-
-    from framework.learning.pipeline import check_options
+    from framework.learning.pipeline import check_options, train_policy
 
     try:
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
@@ -127,27 +150,30 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"{flag}: {exc}" if flag else str(exc)) from None
     if args.method == "rl" and (min(args.rl_iterations, args.rl_prompts) < 1 or args.rl_group < 2
                                 or not args.rl_lambda >= 0):
-        raise CLIError(f"--rl-iterations={args.rl_iterations} and --rl-prompts={args.rl_prompts} must be ≥ 1, "
-                       f"--rl-group={args.rl_group} ≥ 2 (the group baseline), --rl-lambda={args.rl_lambda} ≥ 0")
+        raise CLIError(f"--rl-iterations={args.rl_iterations} and --rl-prompts={args.rl_prompts} must be ≥ "
+                       f"1, --rl-group={args.rl_group} ≥ 2 (the group baseline), "
+                       f"--rl-lambda={args.rl_lambda} ≥ 0")
     if args.method == "rl" and not (0.0 < args.rl_threshold < 1.0 and args.rl_temperature > 0):
         raise CLIError(f"--rl-threshold={args.rl_threshold} must be strictly between 0 and 1 and "
                        f"--rl-temperature={args.rl_temperature} > 0")
     if args.rl_verify is not None and not 0.0 <= args.rl_verify <= 1.0:
         raise CLIError(f"--rl-verify={args.rl_verify}; allowed: 0 to 1 (τ₂ of WINO's hidden-slot check)")
     if args.rl_verify is not None and args.method != "rl":
-        raise CLIError(f"--rl-verify={args.rl_verify} has no effect with --method {args.method}; it needs --method rl")
+        raise CLIError(f"--rl-verify={args.rl_verify} has no effect with --method {args.method}; it needs "
+                       f"--method rl")
     if not args.neg_weight > 0:
         raise CLIError(f"--neg-weight={args.neg_weight}; allowed: a number > 0")
     if not 0.0 <= args.dagger_threshold <= 1.0:
         raise CLIError(f"--dagger-threshold={args.dagger_threshold}; allowed: 0 to 1")
     train_policy(
         args.task, model=args.model, task_params=parse_assignments(args.task_params), out_dir=args.out,
-        method=args.method, policies=policies, residual=args.residual, neg_weight=args.neg_weight, rounds=args.rounds, states_per_rollout=args.states_per_rollout,
+        method=args.method, policies=policies, residual=args.residual, neg_weight=args.neg_weight,
+        rounds=args.rounds, states_per_rollout=args.states_per_rollout,
         dagger_threshold=args.dagger_threshold, window_arch={"d_model": d, "layers": layers, "heads": heads},
         rl={"iterations": args.rl_iterations, "prompts": args.rl_prompts, "group": args.rl_group,
-            "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr, "resume": not args.no_resume,
-            "threshold": args.rl_threshold, "temperature": args.rl_temperature, "normalise": not args.rl_no_std,
-            "verify_threshold": args.rl_verify},
+            "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr,
+            "resume": not args.no_resume, "threshold": args.rl_threshold, "temperature": args.rl_temperature,
+            "normalise": not args.rl_no_std, "verify_threshold": args.rl_verify},
         n_train=args.n_train, n_val=args.n_val,
         n_test=args.n_test, hidden=hidden, max_epochs=args.max_epochs, patience=args.patience, lr=args.lr,
         batch_size=args.batch_size, seed=args.seed, wandb_mode=args.wandb, calibrate=not args.no_calibrate,

@@ -23,21 +23,22 @@ def _signed(x: int) -> int:
 
 _C1 = _signed(0xBF58476D1CE4E5B9)
 _C2 = _signed(0x94D049BB133111EB)
+#: SplitMix64's increment (2^64 / golden ratio) as a signed int64: spreads consecutive counters apart.
 GOLDEN_GAMMA = _signed(0x9E3779B97F4A7C15)
 
 
-def shift_right(x: torch.Tensor, s: int) -> torch.Tensor:
+def shift_right_logical(x: torch.Tensor, s: int) -> torch.Tensor:
     """Logical right shift of int64 tensors."""
     return (x >> s) & ((1 << (64 - s)) - 1)
 
 
 def mix64(x: torch.Tensor) -> torch.Tensor:
     """SplitMix64 finaliser on an int64 tensor (a bijection on 64-bit words)."""
-    x = x ^ shift_right(x, 30)
+    x = x ^ shift_right_logical(x, 30)
     x = x * _C1
-    x = x ^ shift_right(x, 27)
+    x = x ^ shift_right_logical(x, 27)
     x = x * _C2
-    return x ^ shift_right(x, 31)
+    return x ^ shift_right_logical(x, 31)
 
 
 def stable_seed(*parts: object) -> int:
@@ -68,7 +69,7 @@ def uniform(
     key = mix64(mix64(seeds ^ (step_t * GOLDEN_GAMMA)) + _signed(int(salt) * 0x94D049BB133111EB))  # [B]
     idx = torch.arange(n, dtype=torch.int64, device=device)
     bits = mix64(key[:, None] + (idx[None, :] + 1) * GOLDEN_GAMMA)
-    mant = shift_right(bits, 11).to(torch.float64) * (1.0 / (1 << 53))
+    mant = shift_right_logical(bits, 11).to(torch.float64) * (1.0 / (1 << 53))
     out = mant.clamp_(1e-12, 1.0 - 1e-12).to(torch.float32)
     return out.view(b, *shape)
 
@@ -96,7 +97,7 @@ def uniform_at(
     step_t = torch.as_tensor(step, dtype=torch.int64, device=device).expand(b)
     key = mix64(mix64(seeds ^ (step_t * GOLDEN_GAMMA)) + _signed(int(salt) * 0x94D049BB133111EB))  # [B]
     bits = mix64(key[:, None] + (index.to(torch.int64) + 1) * GOLDEN_GAMMA)
-    return (shift_right(bits, 11).to(torch.float64) * (1.0 / (1 << 53))).clamp_(1e-12, 1.0 - 1e-12)
+    return (shift_right_logical(bits, 11).to(torch.float64) * (1.0 / (1 << 53))).clamp_(1e-12, 1.0 - 1e-12)
 
 
 def gumbel_at(seeds: torch.Tensor, step: int | torch.Tensor, salt: int, index: torch.Tensor) -> torch.Tensor:

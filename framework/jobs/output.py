@@ -18,11 +18,12 @@ NEW_IN_2 = ("remasks",)
 #: the identity the settings hash is taken under: fixed, so that a results file written before the
 #: rows gained fields still resumes (its rows keep their schema; new rows are written as SCHEMA)
 SETTINGS_ID = "adec-generate/1"
-ERROR_TYPES = ("empty_prompt", "too_long", "encode", "controller", "scorer", "timeout", "oom", "model", "output")
+ERROR_TYPES = ("empty_prompt", "too_long", "encode", "controller", "scorer", "timeout", "oom", "model",
+               "output")
 #: Row fields that must be identical whatever the batch size, back-off, bisection or resume.
 RESULT_FIELDS = ("id", "status", "prompt", "params", "seed", "controller", "text", "prompt_ids",
-                 "generated_ids", "nfe", "steps", "lookahead_nfe", "lookahead_fallbacks", "remasks", "fallback",
-                 "error_type")
+                 "generated_ids", "nfe", "steps", "lookahead_nfe", "lookahead_fallbacks", "remasks",
+                 "fallback", "error_type")
 
 
 # ---------------------------------------------------------------------------------- schema
@@ -170,10 +171,12 @@ def scan_results(path: str, repair: bool) -> tuple[list[dict], Optional[str]]:
             row = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise OutputFileError(f"{path}:{n}: not a valid JSON row ({exc}); this file was not written by "
-                                  f"one adec generate job. Fix or remove that line, or use another --output") from None
+                                  f"one adec generate job. Fix or remove that line, or use another "
+                                  f"--output") from None
         problems = row_problems(row)
         if problems:
-            raise OutputFileError(f"{path}:{n}: row does not follow the {SCHEMA} schema: {'; '.join(problems)}")
+            raise OutputFileError(f"{path}:{n}: row does not follow the {SCHEMA} schema: "
+                                  f"{'; '.join(problems)}")
         if row["id"] in seen:
             raise OutputFileError(f"{path}:{n}: duplicate id {row['id']!r} (first on line {seen[row['id']]})")
         seen[row["id"]] = n

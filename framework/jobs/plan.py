@@ -78,7 +78,8 @@ def jsonable(value: Any) -> Any:
 
 
 def short_hash(obj: Any, n: int = 16) -> str:
-    return hashlib.blake2b(json.dumps(obj, sort_keys=True, default=str).encode(), digest_size=n // 2).hexdigest()
+    data = json.dumps(obj, sort_keys=True, default=str).encode()
+    return hashlib.blake2b(data, digest_size=n // 2).hexdigest()
 
 
 def context_length(loaded_model: Any) -> Optional[int]:
@@ -139,7 +140,8 @@ def plan_work(items: Sequence[PromptItem], factory: Callable[..., Controller], b
     cfg_keys = set(DecodeConfig._param_names())
     ctrl_keys = set(type(base_ctrl)._param_names())
     base_group = _Group(config, base_ctrl, {})
-    groups: dict[str, _Group] = {short_hash([{k: v for k, v in config.get_params().items() if k != "seed"}, {}]): base_group}
+    base_key = short_hash([{k: v for k, v in config.get_params().items() if k != "seed"}, {}])
+    groups: dict[str, _Group] = {base_key: base_group}
     works: list[WorkItem] = []
     problems: list[LineProblem] = []
     occurrences: dict[str, int] = {}
@@ -182,7 +184,8 @@ def plan_work(items: Sequence[PromptItem], factory: Callable[..., Controller], b
             item_id = "h" + short_hash(basis + [occurrences[k]])
         if item_id in ids:
             first = ids[item_id]
-            problems.append(label(f"duplicate id {item_id!r}" + (f" (first on line {first})" if first else "")))
+            where = f" (first on line {first})" if first else ""
+            problems.append(label(f"duplicate id {item_id!r}{where}"))
             continue
         ids[item_id] = item.line
         works.append(WorkItem(item=item, id=item_id, group=group, seed=stable_seed(seed, item_id)))
@@ -206,10 +209,13 @@ def take_batch(queue: deque, size: int) -> list[WorkItem]:
 def base_row(w: WorkItem, loaded_model: Any, settings_hash: str, controller: str) -> dict[str, Any]:
     return {
         "schema": SCHEMA, "id": w.id, "status": "ok", "prompt": w.item.prompt,
-        "params": jsonable(w.item.params or {}), "meta": jsonable(w.item.meta) if w.item.meta is not None else None,
-        "line": w.item.line, "model": str(loaded_model.name), "controller": controller, "settings": settings_hash,
+        "params": jsonable(w.item.params or {}),
+        "meta": jsonable(w.item.meta) if w.item.meta is not None else None,
+        "line": w.item.line, "model": str(loaded_model.name), "controller": controller,
+        "settings": settings_hash,
         "seed": w.seed, "text": None, "prompt_ids": None, "generated_ids": None, "nfe": None, "steps": None,
-        "lookahead_nfe": None, "lookahead_fallbacks": None, "remasks": None, "fallback": w.fallback_reason is not None,
+        "lookahead_nfe": None, "lookahead_fallbacks": None, "remasks": None,
+        "fallback": w.fallback_reason is not None,
         "fallback_reason": w.fallback_reason,
         "error": None, "error_type": None, "retries": w.retries, "batch_size": None, "latency_s": None,
     }
@@ -219,7 +225,8 @@ def error_row(w: WorkItem, loaded_model: Any, settings_hash: str, kind: str, rea
                fallback: Optional[Controller] = None) -> dict[str, Any]:
     ctrl = fallback if (w.mode == "fallback" and fallback is not None) else w.group.controller
     row = base_row(w, loaded_model, settings_hash, controller_name(ctrl))
-    row.update(status="error", error=reason or kind, error_type=kind, prompt_ids=list(w.ids) if w.ids else None)
+    row.update(status="error", error=reason or kind, error_type=kind,
+               prompt_ids=list(w.ids) if w.ids else None)
     return row
 
 

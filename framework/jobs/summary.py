@@ -73,14 +73,16 @@ class JobSummary:
 
         lines = [
             f"generate: {self.status} -> {self.output}",
-            f"  items {self.total}: done {self.done}, failed {self.failed}, already in output {self.already_done}, "
+            f"  items {self.total}: done {self.done}, failed {self.failed}, "
+            f"already in output {self.already_done}, "
             f"pending {self.pending}, skipped bad lines {len(self.skipped)}",
             f"  retried {self.retried}, fallbacks {self.fallbacks} (+{self.step_fallbacks} lookahead steps), "
             f"OOM back-offs {self.oom_events}, "
             f"bisections {self.bisections}, batch size {self.batch_size_start} -> {self.batch_size_final} "
             f"(min {self.batch_size_min})",
             f"  {self.tokens} tokens in {self.elapsed_s:.2f} s = {self.tokens_per_second:.1f} tokens/s; "
-            f"latency per item P50 {ms(self.latency(50))}, P95 {ms(self.latency(95))}, P99 {ms(self.latency(99))}",
+            f"latency per item P50 {ms(self.latency(50))}, P95 {ms(self.latency(95))}, "
+            f"P99 {ms(self.latency(99))}",
         ]
         lines += [f"  note: {n}" for n in self.notes]
         if self.pending:

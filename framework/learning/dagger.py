@@ -72,11 +72,13 @@ def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: 
         finals.update({k: out.generated[j].cpu() for j, k in enumerate(part)})
     parts: list[tuple[torch.Tensor, ...]] = []
     for X, rows, pos, x0, step, *_ in rec.records:
-        keep = torch.tensor([(r, s) in finals for r, s in zip(rows.tolist(), step.tolist())], dtype=torch.bool)
+        keep = torch.tensor([(r, s) in finals for r, s in zip(rows.tolist(), step.tolist())],
+                            dtype=torch.bool)
         if not keep.any():
             continue
         X, rows, pos, x0, step = X[keep], rows[keep], pos[keep], x0[keep], step[keep]
-        target = torch.stack([finals[(r, s)][p] for r, s, p in zip(rows.tolist(), step.tolist(), pos.tolist())])
+        target = torch.stack([finals[(r, s)][p]
+                              for r, s, p in zip(rows.tolist(), step.tolist(), pos.tolist())])
         parts.append((X, (x0 == target).float(), rows, step, pos))
     if not parts:
         return RolloutDataset.empty()

@@ -22,7 +22,6 @@ from torch import nn
 
 from framework.learning.features import FEATURE_NAMES
 
-
 CONFIDENCE = FEATURE_NAMES.index("confidence")
 
 

@@ -39,6 +39,8 @@ from framework.learning.train import (
 )
 
 METHODS = ("imitation", "dagger", "rl")
+#: the window transformer's default width, layers and heads
+WINDOW_ARCH = {"d_model": 32, "layers": 2, "heads": 4}
 
 
 @dataclass
@@ -79,7 +81,8 @@ def check_options(method: str, policies: Sequence[str], rounds: int, states_per_
         raise ValueError(f"method={method!r}; allowed: {', '.join(METHODS)}")
     bad = [p for p in policies if p not in KINDS]
     if bad or not policies:
-        raise ValueError(f"policy={','.join(bad) or '(none)'!s}; allowed: {', '.join(KINDS)} (comma separated)")
+        raise ValueError(f"policy={','.join(bad) or '(none)'!s}; allowed: {', '.join(KINDS)} (comma "
+                         f"separated)")
     if method == "dagger" and rounds < 1:
         raise ValueError(f"rounds={rounds} with method=dagger; allowed: an integer ≥ 1")
     if states_per_rollout < 1:
@@ -90,29 +93,34 @@ def check_options(method: str, policies: Sequence[str], rounds: int, states_per_
         check_rl_options(**(rl or {}))
 
 
-def _fit(kind: str, train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict, init: Any = None) -> tuple:
+def _fit(kind: str, train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict,
+         init: Any = None) -> tuple:
     if kind == "logreg":
         return train_logreg(train, C=opts["C"], seed=opts["seed"]), {"epochs": None}
     arch = {"hidden": list(opts["hidden"])} if kind == "mlp" else dict(opts["window_arch"])
     if opts["residual"]:
         arch["residual"] = True
     return train_net(kind, train, val, out_dir=out, arch=arch, lr=opts["lr"], max_epochs=opts["max_epochs"],
-                     patience=opts["patience"], batch_size=opts["batch_size"] if kind == "mlp" else opts["window_batch"],
+                     patience=opts["patience"],
+                     batch_size=opts["batch_size"] if kind == "mlp" else opts["window_batch"],
                      seed=opts["seed"], wandb_mode=opts["wandb_mode"], accelerator=opts["accelerator"],
-                     progress=opts["progress"], run_config=opts["meta"], fast_dev_run=opts["fast_dev_run"], init=init,
+                     progress=opts["progress"], run_config=opts["meta"], fast_dev_run=opts["fast_dev_run"],
+                     init=init,
                      neg_weight=opts["neg_weight"])
 
 
 def train_policy(
     task: str, *, model: Optional[str] = None, loaded: Any = None, task_params: Optional[dict] = None,
-    out_dir: "str | os.PathLike | None" = None, method: str = "imitation", policies: Sequence[str] = ("mlp", "logreg"),
-    n_train: int = 256, n_val: int = 64, n_test: int = 200, hidden: Sequence[int] = (32, 32),
-    window_arch: Optional[dict] = None, residual: bool = False, neg_weight: float = 1.0, max_epochs: int = 40, patience: int = 5, batch_size: int = 256,
+    out_dir: "str | os.PathLike | None" = None, method: str = "imitation",
+    policies: Sequence[str] = ("mlp", "logreg"), n_train: int = 256, n_val: int = 64, n_test: int = 200,
+    hidden: Sequence[int] = (32, 32), window_arch: Optional[dict] = None, residual: bool = False,
+    neg_weight: float = 1.0, max_epochs: int = 40, patience: int = 5, batch_size: int = 256,
     window_batch: int = 64, lr: float = 3e-3, C: float = 1.0, seed: int = 0, wandb_mode: str = "offline",
     calibrate: bool = True, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, max_drop: float = 0.01,
-    rollout: Optional[str] = None, rounds: int = 2, states_per_rollout: int = 4, dagger_threshold: float = 0.9,
-    rl: Optional[dict] = None, decode_options: Optional[dict] = None, decode_batch_size: int = 64,
-    device: str = "cpu", accelerator: str = "cpu", verbose: bool = True, fast_dev_run: bool = False,
+    rollout: Optional[str] = None, rounds: int = 2, states_per_rollout: int = 4,
+    dagger_threshold: float = 0.9, rl: Optional[dict] = None, decode_options: Optional[dict] = None,
+    decode_batch_size: int = 64, device: str = "cpu", accelerator: str = "cpu", verbose: bool = True,
+    fast_dev_run: bool = False,
 ) -> PolicyResult:
     """Train the requested ``policies`` by ``method`` (module docstring); returns paths and figures.
 
@@ -120,67 +128,129 @@ def train_policy(
     split, the reported decoding figures from the test split. ``rl`` holds the keyword arguments of
     :func:`framework.learning.rl_train.rl_finetune` (iterations, prompts, group, lam, reward_form, lr).
     """
-    from framework.engine.evaluate import evaluate
-    from framework.tasks.base import get_task
-
     check_options(method, policies, rounds, states_per_rollout, rl)
-    t0 = time.perf_counter()
-    task_obj = get_task(task, **(task_params or {}))
-    if loaded is None:
-        from framework.training.zoo import load_model
-
-        model = model or f"tiny-{task_obj.name}"
-        loaded = load_model(model, device=device)
-    label = str(model or loaded.name)
-    suffix = "" if method == "imitation" else f"-{method}"
-    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT / f"{task_obj.name}-{Path(label).name}{suffix}"
-    out.mkdir(parents=True, exist_ok=True)
+    t0, say = time.perf_counter(), _printer(verbose)
+    task_obj, loaded, label = _task_and_model(task, task_params, model, loaded, device)
+    out = _out_folder(out_dir, method, task_obj.name, label)
     config = DecodeConfig.build(**{"gen_length": task_obj.gen_length,
                                    "block_length": task_obj.default_block_length, **(decode_options or {})})
-    roll = build_controller(rollout) if rollout else None
-    say = (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *a: None)
-    train = build_dataset(loaded, task_obj, "train", n_train, config=config, batch_size=decode_batch_size, rollout=roll)
-    val = build_dataset(loaded, task_obj, "validation", n_val, config=config, batch_size=decode_batch_size, rollout=roll)
-    dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
-               "val_positive_rate": val.positive_rate, "n_train": n_train, "n_val": n_val,
-               "rollout": rollout or "sequential", "features": list(FEATURE_NAMES)}
-    say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
-        f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
+    train, val, dataset = _rollout_datasets(loaded, task_obj, config, n_train, n_val, decode_batch_size,
+                                            rollout, say)
     meta = {"task": task_obj.name, "task_params": task_obj.get_params(), "model": label, "method": method,
-            "residual": residual, "neg_weight": neg_weight,
-            "decode": config.get_params(), "dataset": dataset, "seed": seed}
-    opts = {"C": C, "seed": seed, "hidden": hidden, "window_arch": window_arch or {"d_model": 32, "layers": 2, "heads": 4},
-            "lr": lr, "max_epochs": max_epochs, "patience": patience, "batch_size": batch_size,
-            "window_batch": window_batch, "wandb_mode": wandb_mode, "accelerator": accelerator,
-            "progress": verbose and sys.stderr.isatty(), "meta": meta, "fast_dev_run": fast_dev_run,
-            "residual": residual, "neg_weight": neg_weight}
+            "residual": residual, "neg_weight": neg_weight, "decode": config.get_params(), "dataset": dataset,
+            "seed": seed}
+    opts = dict(C=C, seed=seed, hidden=hidden, window_arch=window_arch or dict(WINDOW_ARCH), lr=lr,
+                max_epochs=max_epochs, patience=patience, batch_size=batch_size, window_batch=window_batch,
+                wandb_mode=wandb_mode, accelerator=accelerator, progress=verbose and sys.stderr.isatty(),
+                meta=meta, fast_dev_run=fast_dev_run, residual=residual, neg_weight=neg_weight)
     paths = {kind: out / f"{kind}.pt" for kind in policies}
-    nets, training, rounds_log = {}, {}, []
-    for kind in policies:
-        t1 = time.perf_counter()
-        nets[kind], info = _fit(kind, train, val, out, opts)
-        save_policy(nets[kind], paths[kind], kind=kind, threshold=dagger_threshold, meta=meta)
-        training[kind] = {**info, "imitation_seconds": round(time.perf_counter() - t1, 1)}
+    nets, training = _imitation(policies, train, val, out, opts, paths, meta, dagger_threshold)
+    rounds_log = []
     if method == "dagger":
         rounds_log = _dagger(loaded, task_obj, config, policies, paths, nets, train, val, out, opts, training,
                              rounds=rounds, n_train=n_train, states_per_rollout=states_per_rollout,
                              decode_batch_size=decode_batch_size, threshold=dagger_threshold, say=say)
         dataset["dagger_rows"] = [r["rows"] for r in rounds_log]
     if method == "rl":
-        from framework.learning.rl_train import rl_finetune
+        _rl_stage(loaded, task_obj, config, policies, paths, nets, training, meta, out, rl or {}, seed=seed,
+                  wandb_mode=wandb_mode, verbose=verbose, batch=decode_batch_size, threshold=dagger_threshold)
+    verify = (rl or {}).get("verify_threshold") if method == "rl" else None  # decoded inside `verified`
+    calibration = _calibrate_all(loaded, task_obj, config, policies, paths, nets, meta, training, calibrate,
+                                 n_val=n_val, thresholds=thresholds, max_drop=max_drop, verify=verify,
+                                 decode_batch_size=decode_batch_size, threshold=dagger_threshold, say=say)
+    metrics = {k: policy_metrics(nets[k], val, load_policy(paths[k]).threshold, k) for k in policies}
+    test = _test_figures(loaded, task_obj, config, policies, paths, verify, n_test, decode_batch_size)
+    training["seconds"] = round(time.perf_counter() - t0, 1)
+    result = PolicyResult(paths, out, method, dataset, metrics, calibration, test, training,
+                          rounds=rounds_log, verify_threshold=verify)
+    (out / "summary.json").write_text(json.dumps(result.summary(), indent=2, default=str))
+    if verbose:
+        print(report(result))
+    return result
 
-        for kind in policies:
-            t1 = time.perf_counter()
-            nets[kind], info = rl_finetune(loaded, task_obj, paths[kind], config, out_dir=out / kind,
-                                           seed=seed, wandb_mode=wandb_mode, verbose=verbose,
-                                           decode_batch_size=decode_batch_size, **(rl or {}))
-            save_policy(nets[kind], paths[kind], kind=kind, threshold=dagger_threshold, meta={**meta, "rl": info})
-            training[kind]["rl"] = {**info, "seconds": round(time.perf_counter() - t1, 1)}
+
+def _printer(verbose: bool) -> Any:
+    """``say(*args)``: print to stderr when ``verbose``, else nothing."""
+    return (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *a: None)
+
+
+def _task_and_model(task: str, task_params: Optional[dict], model: Optional[str], loaded: Any,
+                    device: str) -> tuple[Any, Any, str]:
+    """The task, the loaded model (``tiny-<task>`` unless ``model`` or ``loaded`` is given) and its label."""
+    from framework.tasks.base import get_task
+
+    task_obj = get_task(task, **(task_params or {}))
+    if loaded is None:
+        from framework.training.zoo import load_model
+
+        model = model or f"tiny-{task_obj.name}"
+        loaded = load_model(model, device=device)
+    return task_obj, loaded, str(model or loaded.name)
+
+
+def _out_folder(out_dir: "str | os.PathLike | None", method: str, task_name: str, label: str) -> Path:
+    """``out_dir``, or ``DEFAULT_OUT/<task>-<model>[-<method>]`` (created)."""
+    suffix = "" if method == "imitation" else f"-{method}"
+    out = Path(out_dir) if out_dir is not None else DEFAULT_OUT / f"{task_name}-{Path(label).name}{suffix}"
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
+def _rollout_datasets(loaded: Any, task_obj: Any, config: DecodeConfig, n_train: int, n_val: int,
+                      decode_batch_size: int, rollout: Optional[str],
+                      say: Any) -> tuple[RolloutDataset, RolloutDataset, dict[str, Any]]:
+    """The training and validation rows (from ``rollout``'s decodes, default sequential) and their figures."""
+    roll = build_controller(rollout) if rollout else None
+    train = build_dataset(loaded, task_obj, "train", n_train, config=config, batch_size=decode_batch_size,
+                          rollout=roll)
+    val = build_dataset(loaded, task_obj, "validation", n_val, config=config, batch_size=decode_batch_size,
+                        rollout=roll)
+    dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
+               "val_positive_rate": val.positive_rate, "n_train": n_train, "n_val": n_val,
+               "rollout": rollout or "sequential", "features": list(FEATURE_NAMES)}
+    say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
+        f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
+    return train, val, dataset
+
+
+def _imitation(policies: Sequence[str], train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict,
+               paths: dict, meta: dict, threshold: float) -> tuple[dict, dict]:
+    """Fit each policy kind on the rows (imitation) and save it: the nets and their training figures."""
+    nets, training = {}, {}
+    for kind in policies:
+        t1 = time.perf_counter()
+        nets[kind], info = _fit(kind, train, val, out, opts)
+        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold, meta=meta)
+        training[kind] = {**info, "imitation_seconds": round(time.perf_counter() - t1, 1)}
+    return nets, training
+
+
+def _rl_stage(loaded: Any, task_obj: Any, config: DecodeConfig, policies: Sequence[str], paths: dict,
+              nets: dict,
+              training: dict, meta: dict, out: Path, rl: dict, *, seed: int, wandb_mode: str, verbose: bool,
+              batch: int, threshold: float) -> None:
+    """Fine-tune each imitation policy by RL (:func:`rl_finetune`, ``rl`` its options) and save it."""
+    from framework.learning.rl_train import rl_finetune
+
+    for kind in policies:
+        t1 = time.perf_counter()
+        nets[kind], info = rl_finetune(loaded, task_obj, paths[kind], config, out_dir=out / kind,
+                                       seed=seed, wandb_mode=wandb_mode, verbose=verbose,
+                                       decode_batch_size=batch, **rl)
+        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold, meta={**meta, "rl": info})
+        training[kind]["rl"] = {**info, "seconds": round(time.perf_counter() - t1, 1)}
+
+
+def _calibrate_all(loaded: Any, task_obj: Any, config: DecodeConfig, policies: Sequence[str], paths: dict,
+                   nets: dict, meta: dict, training: dict, calibrate: bool, *, n_val: int,
+                   thresholds: Sequence[float], max_drop: float, verify: Optional[float],
+                   decode_batch_size: int, threshold: float, say: Any) -> dict[str, Any]:
+    """Calibrate each policy's threshold on the validation split (when ``calibrate``; the sequential
+    reference is decoded once) and save the policy with it: the calibration figures per kind."""
     calibration: dict[str, Any] = {}
     reference = None
-    verify = (rl or {}).get("verify_threshold") if method == "rl" else None  # decoded inside `verified`
     for kind in policies:
-        threshold = dagger_threshold
+        chosen = threshold
         if calibrate:
             say(f"calibrating the {kind} policy's threshold on {n_val} validation prompts ...")
             cal = calibrate_threshold(loaded, task_obj, CONTROLLER_OF[kind], paths[kind], config, n=n_val,
@@ -188,10 +258,18 @@ def train_policy(
                                       reference=reference, verify_threshold=verify)
             reference = cal["reference"]
             calibration[kind] = cal
-            threshold = cal["threshold"]
-        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold,
+            chosen = cal["threshold"]
+        save_policy(nets[kind], paths[kind], kind=kind, threshold=chosen,
                     meta={**meta, "calibration": calibration.get(kind), "training": training[kind]})
-    metrics = {kind: policy_metrics(nets[kind], val, load_policy(paths[kind]).threshold, kind) for kind in policies}
+    return calibration
+
+
+def _test_figures(loaded: Any, task_obj: Any, config: DecodeConfig, policies: Sequence[str], paths: dict,
+                  verify: Optional[float], n_test: int, decode_batch_size: int) -> dict[str, Any]:
+    """Sequential decoding and every saved policy (inside ``verified`` when ``verify``) on ``n_test``
+    test prompts: their evaluation rows by label (none when ``n_test`` is 0)."""
+    from framework.engine.evaluate import evaluate
+
     test: dict[str, Any] = {}
     if n_test:
         runs = [("sequential", build_controller("sequential"))] + [
@@ -200,19 +278,13 @@ def train_policy(
         for label_, ctrl in runs:
             test[label_] = evaluate(loaded, task_obj, ctrl, config, split="test", n=n_test,
                                     batch_size=decode_batch_size).row()
-    training["seconds"] = round(time.perf_counter() - t0, 1)
-    result = PolicyResult(paths=paths, out_dir=out, method=method, dataset=dataset, metrics=metrics,
-                          calibration=calibration, test=test, training=training, rounds=rounds_log,
-                          verify_threshold=verify)
-    (out / "summary.json").write_text(json.dumps(result.summary(), indent=2, default=str))
-    if verbose:
-        print(report(result))
-    return result
+    return test
 
 
 def _dagger(loaded: Any, task: Any, config: DecodeConfig, policies: Sequence[str], paths: dict, nets: dict,
             train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict, training: dict, *, rounds: int,
-            n_train: int, states_per_rollout: int, decode_batch_size: int, threshold: float, say: Any) -> list:
+            n_train: int, states_per_rollout: int, decode_batch_size: int, threshold: float,
+            say: Any) -> list:
     """The DAgger rounds, per policy kind: visit, label from the visited states, aggregate, retrain."""
     from tqdm.auto import tqdm
 
@@ -227,16 +299,19 @@ def _dagger(loaded: Any, task: Any, config: DecodeConfig, policies: Sequence[str
             with tqdm(total=n_train, desc=f"DAgger round {r} ({kind}): visit and label", unit="prompt",
                       disable=not opts["progress"]) as bar:
                 new = build_on_policy_dataset(loaded, task, "train", n_train, ctrl, config=config,
-                                              batch_size=decode_batch_size, states_per_rollout=states_per_rollout,
+                                              batch_size=decode_batch_size,
+                                              states_per_rollout=states_per_rollout,
                                               data_seed=0, seed=opts["seed"] + r, progress=bar)
             data[kind] = RolloutDataset.concat([data[kind], new])
-            nets[kind], info = _fit(kind, data[kind], val, out, opts, init=None if kind == "logreg" else nets[kind])
+            nets[kind], info = _fit(kind, data[kind], val, out, opts,
+                                    init=None if kind == "logreg" else nets[kind])
             save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold, meta=opts["meta"])
             entry = {"round": r, "policy": kind, "rows": len(new), "safe_rate": new.positive_rate,
                      "total_rows": len(data[kind]), "seconds": round(time.perf_counter() - t1, 1)}
             say(f"DAgger round {r} ({kind}): {len(new)} on-policy rows ({new.positive_rate:.1%} safe), "
                 f"{len(data[kind])} in all")
-            training[kind].setdefault("dagger", []).append({**entry, **{k: v for k, v in info.items() if k != "history"}})
+            training[kind].setdefault("dagger", []).append({**entry, **{k: v for k, v in info.items()
+                                                                        if k != "history"}})
             log.append(entry)
     return log
 
@@ -244,7 +319,8 @@ def _dagger(loaded: Any, task: Any, config: DecodeConfig, policies: Sequence[str
 def report(result: PolicyResult) -> str:
     """Classification metrics (validation rows) and decoding figures (test split) as text."""
     lines = [f"method: {result.method}",
-             f"{'policy':<12} {'ROC-AUC':>8} {'avg prec':>8} {'thresh':>7} {'prec':>6} {'recall':>6} {'commit':>7}"]
+             f"{'policy':<12} {'ROC-AUC':>8} {'avg prec':>8} {'thresh':>7} {'prec':>6} {'recall':>6} "
+             f"{'commit':>7}"]
     for kind, m in result.metrics.items():
         lines.append(f"{kind:<12} {m['roc_auc']:>8.4f} {m['average_precision']:>8.4f} {m['threshold']:>7.3f} "
                      f"{m['precision']:>6.3f} {m['recall']:>6.3f} {m['commit_rate']:>7.3f}")
@@ -254,9 +330,11 @@ def report(result: PolicyResult) -> str:
             lines.append(f"{label:<16} {row['accuracy']:>6.3f} {row['nfe']:>7.2f} {row['tpf']:>8.2f}")
     lines.append("")
     for kind, path in result.paths.items():
-        use = (f"--controller {CONTROLLER_OF[kind]} --set policy={path}" if result.verify_threshold is None else
-               f"--controller verified --set inner={CONTROLLER_OF[kind]} --set inner_params='{{policy: {path}}}' "
-               f"--set verify_threshold={result.verify_threshold:g}")
+        use = (f"--controller {CONTROLLER_OF[kind]} --set policy={path}"
+               if result.verify_threshold is None else
+               f"--controller verified --set inner={CONTROLLER_OF[kind]} --set "
+               f"inner_params='{{policy: {path}}}' --set verify_threshold={result.verify_threshold:g}")
         lines.append(f"policy {kind}: {path}  ({use})")
-    lines.append(f"training: {result.training.get('seconds')} s in all; logs under {result.out_dir}/lightning")
+    lines.append(f"training: {result.training.get('seconds')} s in all; logs under "
+                 f"{result.out_dir}/lightning")
     return "\n".join(lines)

@@ -47,7 +47,8 @@ class PolicyFileError(ParameterError):
     """A policy file that exists but is not one this framework wrote (the message names it)."""
 
 
-def save_policy(net: "PolicyNet | WindowPolicyNet", path: "str | os.PathLike", *, kind: str, threshold: float = 0.9,
+def save_policy(net: "PolicyNet | WindowPolicyNet", path: "str | os.PathLike", *, kind: str,
+                threshold: float = 0.9,
                 meta: Optional[dict] = None) -> Path:
     """Write ``net`` with its header (see the module docstring); returns the path."""
     if kind not in KINDS:
@@ -95,7 +96,8 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> Policy:
                               f"reads version {POLICY_VERSION}; retrain it with 'adec train-controller'")
     if tuple(blob.get("feature_names", ())) != FEATURE_NAMES:
         raise PolicyFileError(f"policy file {path!r} was trained on features {blob.get('feature_names')}, "
-                              f"not the current {list(FEATURE_NAMES)}; retrain it with 'adec train-controller'")
+                              f"not the current {list(FEATURE_NAMES)}; retrain it with 'adec "
+                              f"train-controller'")
     try:
         arch = blob["arch"] if "arch" in blob else {"hidden": blob["hidden"]}
         net = build_net(str(blob["kind"]), arch)

@@ -43,7 +43,8 @@ from framework.learning.windows import as_windows
 REWARDS = ("additive", "multiplicative")
 
 
-def reward(correct: torch.Tensor, nfe: torch.Tensor, gen_length: int, lam: float, form: str = "additive") -> torch.Tensor:
+def reward(correct: torch.Tensor, nfe: torch.Tensor, gen_length: int, lam: float,
+           form: str = "additive") -> torch.Tensor:
     """R per rollout (see the module docstring)."""
     if form not in REWARDS:
         raise ValueError(f"reward form {form!r}; allowed: {', '.join(REWARDS)}")
@@ -60,17 +61,20 @@ def check_rl_options(iterations: int = 20, prompts: int = 16, group: int = 4, la
     for name, v, low in (("iterations", iterations, 1), ("prompts", prompts, 1), ("group", group, 2)):
         if int(v) < low:
             raise ValueError(f"rl {name}={v}; allowed: an integer ≥ {low}"
-                             + (" (the group baseline needs two rollouts per prompt)" if name == "group" else ""))
+                             + (" (the group baseline needs two rollouts per prompt)" if name == "group"
+                                else ""))
     reward(torch.zeros(1), torch.ones(1), 1, lam, reward_form)  # validates λ and the form
     if not (0.0 < threshold < 1.0 and temperature > 0):
         raise ValueError(f"rl threshold={threshold} (allowed: strictly between 0 and 1) or temperature="
                          f"{temperature} (allowed: > 0)")
     if verify_threshold is not None and not 0.0 <= verify_threshold <= 1.0:
-        raise ValueError(f"rl verify_threshold={verify_threshold}; allowed: 0 to 1 (τ₂ of WINO's check), or none")
+        raise ValueError(f"rl verify_threshold={verify_threshold}; allowed: 0 to 1 (τ₂ of WINO's check), or "
+                         f"none")
 
 
 def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, normalise: bool = True) -> torch.Tensor:
-    """A = R − mean of R over the rollouts of the same prompt (``groups``), / (std + 1e-6) if ``normalise``."""
+    """A = R − mean of R over the rollouts of the same prompt (``groups``), / (std + 1e-6) if
+    ``normalise``."""
     _, inv = torch.unique(groups, return_inverse=True)
     n = torch.bincount(inv).double()
     mean = torch.zeros_like(n).index_add_(0, inv, rewards.double()) / n
@@ -96,7 +100,8 @@ def centred_logits(z: torch.Tensor, tau: float, temperature: float = 1.0) -> tor
 
 
 def reinforce_loss(net: nn.Module, x: torch.Tensor, valid: torch.Tensor, actions: torch.Tensor,
-                   advantages: torch.Tensor, threshold: float = 0.5, temperature: float = 1.0) -> torch.Tensor:
+                   advantages: torch.Tensor, threshold: float = 0.5,
+                   temperature: float = 1.0) -> torch.Tensor:
     """−mean_n A_n · log π(a_n | s_n) over windows n (each carries its rollout's advantage), with the
     action logits :func:`centred_logits` of the threshold-centred Bernoulli policy."""
     logits = centred_logits(net(x, valid), threshold, temperature)

@@ -2,7 +2,8 @@
 
 One epoch = one policy-gradient iteration: draw ``prompts`` training prompts (when the epoch first
 reads its data), decode each ``group`` times with the current policy sampling its commits, score
-the answers, compute group advantages, then take gradient steps over the recorded steps. Writes ``rl/`` under the output
+the answers, compute group advantages, then take gradient steps over the recorded steps. Writes ``rl/``
+under the output
 folder: ``current.pt`` (the policy the rollouts used), Lightning checkpoints (``last.ckpt``, the
 resume point), CSV and W&B (offline) logs with ``reward``, ``accuracy``, ``nfe`` per epoch.
 """
@@ -17,12 +18,11 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from torch.utils.data import IterableDataset
 
 from framework.engine.config import DecodeConfig
 from framework.learning.nets import CONTROLLER_OF, build_net
 from framework.learning.policy import load_policy, save_policy
-from framework.learning.rollouts import RolloutDataset
-from framework.learning.train import policy_controller
 from framework.learning.rl import (
     ActionRecorder,
     check_rl_options,
@@ -32,6 +32,8 @@ from framework.learning.rl import (
     rl_windows,
     rollout_prompts,
 )
+from framework.learning.rollouts import RolloutDataset
+from framework.learning.train import policy_controller
 
 
 @lru_cache(maxsize=1)
@@ -62,7 +64,8 @@ def _rl_module_class() -> type:
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
             x, valid, actions, adv = batch
-            loss = reinforce_loss(self.net, x, valid, actions, adv, self.hparams.threshold, self.hparams.temperature)
+            loss = reinforce_loss(self.net, x, valid, actions, adv, self.hparams.threshold,
+                                  self.hparams.temperature)
             self.log("pg_loss", loss, on_step=False, on_epoch=True, batch_size=len(x))
             return loss
 
@@ -86,91 +89,148 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
                 resume: bool = True, verbose: bool = True, decode_batch_size: int = 64) -> tuple[Any, dict]:
     """Fine-tune the policy in ``init_policy`` with REINFORCE; returns the network and run info."""
     import pytorch_lightning as pl
-    from pytorch_lightning.callbacks import ModelCheckpoint
-    from pytorch_lightning.loggers import CSVLogger
-    from torch.utils.data import DataLoader, IterableDataset
-
-    from framework.engine.evaluate import item_seeds
-    from framework.engine.loop import decode
 
     check_rl_options(iterations, prompts, group, lam, reward_form, threshold, temperature, verify_threshold)
     start = load_policy(init_policy)
     kind = start.kind
     out = Path(out_dir) / "rl"
     out.mkdir(parents=True, exist_ok=True)
-    current = out / "current.pt"
     pl.seed_everything(seed, workers=True, verbose=False)
-    module = _rl_module_class()(kind=kind, arch=start.net.arch(), lr=lr, threshold=threshold, temperature=temperature)
+    module = _rl_module_class()(kind=kind, arch=start.net.arch(), lr=lr, threshold=threshold,
+                                temperature=temperature)
     module.net.load_state_dict(copy.deepcopy(start.net).float().state_dict())
-    tok, G = loaded.tokenizer, config.gen_length
-    history: list[dict[str, float]] = []
+    collector = _RolloutCollector(module, start, out / "current.pt", loaded, task, config, prompts=prompts,
+                                  group=group, lam=lam, reward_form=reward_form, normalise=normalise,
+                                  temperature=temperature, threshold=threshold,
+                                  verify_threshold=verify_threshold, seed=seed, data_seed=data_seed,
+                                  decode_batch_size=decode_batch_size, verbose=verbose)
+    module.collect = collector
+    loggers = _loggers(out, f"rl-{kind}-{Path(out_dir).name}", wandb_mode)
+    last, resumed = _fit(module, _Minibatches(module, seed, minibatch), out, loggers, iterations=iterations,
+                         resume=resume, verbose=verbose)
+    info = {"iterations": iterations, "prompts": prompts, "group": group, "lambda": lam,
+            "reward": reward_form,
+            "threshold": threshold, "temperature": temperature,
+            "normalise": normalise, "lr": lr, "history": collector.history, "last_checkpoint": str(last),
+            "resumed": resumed}
+    return module.net.cpu().eval(), info
 
-    class Minibatches(IterableDataset):
-        """Each pass: the current epoch's rollout steps, shuffled (seeded), in minibatches."""
 
-        def __iter__(self) -> Any:
-            tensors = module.rollouts()
-            n = len(tensors[0])
-            order = torch.randperm(n, generator=torch.Generator().manual_seed(seed + module.buffer_epoch))
-            for s in range(0, n, minibatch):
-                yield tuple(t[order[s:s + minibatch]] for t in tensors)
+class _Minibatches(IterableDataset):
+    """Each pass: the current epoch's rollout steps, shuffled (seeded), in minibatches."""
 
-    def collect(epoch: int) -> tuple:
-        save_policy(copy.deepcopy(module.net).cpu().eval(), current, kind=kind, threshold=start.threshold,
-                    meta={**start.meta, "rl_epoch": epoch})
-        examples = list(rollout_prompts(task, prompts, epoch, data_seed))
-        jobs = [(g, ex, k) for g, ex in enumerate(examples) for k in range(group)]
+    def __init__(self, module: Any, seed: int, minibatch: int) -> None:
+        self.module, self.seed, self.minibatch = module, seed, minibatch
+
+    def __iter__(self) -> Any:
+        tensors = self.module.rollouts()
+        n = len(tensors[0])
+        order = torch.randperm(n,
+                               generator=torch.Generator().manual_seed(self.seed + self.module.buffer_epoch))
+        for s in range(0, n, self.minibatch):
+            yield tuple(t[order[s:s + self.minibatch]] for t in tensors)
+
+
+class _RolloutCollector:
+    """One epoch's rollouts (the module's ``collect``): save the current policy, decode ``group``
+    samples of each of ``prompts`` training prompts with it (sampling its commits), score them,
+    and turn rewards r(correct, NFE) into group advantages A over the recorded steps."""
+
+    def __init__(self, module: Any, start: Any, current: Path, loaded: Any, task: Any, config: DecodeConfig,
+                 *, prompts: int, group: int, lam: float, reward_form: str, normalise: bool,
+                 temperature: float, threshold: float, verify_threshold: Optional[float], seed: int,
+                 data_seed: int, decode_batch_size: int, verbose: bool) -> None:
+        self.module, self.start, self.current, self.loaded, self.task, self.config = (
+            module, start, current, loaded, task, config)
+        self.prompts, self.group, self.lam, self.reward_form, self.normalise = (
+            prompts, group, lam, reward_form, normalise)
+        self.temperature, self.threshold, self.verify_threshold = temperature, threshold, verify_threshold
+        self.seed, self.data_seed = seed, data_seed
+        self.decode_batch_size, self.verbose = decode_batch_size, verbose
+        self.history: list[dict[str, float]] = []
+
+    def __call__(self, epoch: int) -> tuple:
+        module, kind, G = self.module, self.start.kind, self.config.gen_length
+        save_policy(copy.deepcopy(module.net).cpu().eval(), self.current, kind=kind,
+                    threshold=self.start.threshold,
+                    meta={**self.start.meta, "rl_epoch": epoch})
+        examples = list(rollout_prompts(self.task, self.prompts, epoch, self.data_seed))
+        jobs = [(g, ex, k) for g, ex in enumerate(examples) for k in range(self.group)]
         parts, correct, nfe, groups = [], [], [], []
-        for s in range(0, len(jobs), decode_batch_size):
-            chunk = jobs[s:s + decode_batch_size]
-            rec = ActionRecorder(policy_controller(CONTROLLER_OF[kind], current, threshold, verify_threshold,
-                                                   sample=True, sample_temperature=temperature), G)
-            res = decode(loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, config,
-                         seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], seed))
-            parts.append(rec.dataset())
-            correct += [float(task.score(ex, tok.decode(row, stop_at_eos=True)))
-                        for (_, ex, _), row in zip(chunk, res.generated.tolist())]
-            nfe += res.nfe.tolist()
+        for s in range(0, len(jobs), self.decode_batch_size):
+            chunk = jobs[s:s + self.decode_batch_size]
+            data_part, chunk_correct, chunk_nfe = self._decode(chunk, epoch)
+            parts.append(data_part)
+            correct += chunk_correct
+            nfe += chunk_nfe
             groups += [g for g, _, _ in chunk]
         data = RolloutDataset.concat(parts)  # rollout j of the epoch is sample j
         c, n = torch.tensor(correct), torch.tensor(nfe, dtype=torch.float64)
-        r = reward(c, n, G, lam, reward_form)
-        adv = group_advantages(r, torch.tensor(groups), normalise)
+        r = reward(c, n, G, self.lam, self.reward_form)
+        adv = group_advantages(r, torch.tensor(groups), self.normalise)
         module.stats = {"reward": float(r.mean()), "accuracy": float(c.mean()), "nfe": float(n.mean()),
                         "tpf": float((G / n).mean())}
-        history.append({"epoch": epoch, **module.stats})
-        if verbose:
-            print(f"rl epoch {epoch}: reward {module.stats['reward']:.3f}  accuracy {module.stats['accuracy']:.3f}"
-                  f"  NFE {module.stats['nfe']:.2f}  tokens/forward {module.stats['tpf']:.2f}",
-                  file=sys.stderr, flush=True)
+        self.history.append({"epoch": epoch, **module.stats})
+        if self.verbose:
+            st = module.stats
+            print(f"rl epoch {epoch}: reward {st['reward']:.3f}  accuracy {st['accuracy']:.3f}"
+                  f"  NFE {st['nfe']:.2f}  tokens/forward {st['tpf']:.2f}", file=sys.stderr, flush=True)
         return rl_windows(kind, data, adv)
 
-    module.collect = collect
+    def _decode(self, chunk: list, epoch: int) -> tuple[RolloutDataset, list[float], list[int]]:
+        """Decode one chunk of (group, example, sample) jobs with the saved current policy, sampling:
+        the recorded steps, each sample's score and its NFE."""
+        from framework.engine.evaluate import item_seeds
+        from framework.engine.loop import decode
+
+        tok, task = self.loaded.tokenizer, self.task
+        rec = ActionRecorder(policy_controller(CONTROLLER_OF[self.start.kind], self.current, self.threshold,
+                                               self.verify_threshold, sample=True,
+                                               sample_temperature=self.temperature), self.config.gen_length)
+        res = decode(self.loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, self.config,
+                     seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], self.seed))
+        correct = [float(task.score(ex, tok.decode(row, stop_at_eos=True)))
+                   for (_, ex, _), row in zip(chunk, res.generated.tolist())]
+        return rec.dataset(), correct, res.nfe.tolist()
+
+
+def _loggers(out: Path, name: str, wandb_mode: str) -> list[Any]:
+    """A CSV logger under ``out/lightning``, and a W&B one unless ``wandb_mode`` is ``disabled``."""
+    from pytorch_lightning.loggers import CSVLogger
 
     loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
     if wandb_mode != "disabled":
         from pytorch_lightning.loggers import WandbLogger
 
         os.environ.setdefault("WANDB_SILENT", "true")
-        loggers.append(WandbLogger(project="adaptive-decoding", name=f"rl-{kind}-{Path(out_dir).name}",
+        loggers.append(WandbLogger(project="adaptive-decoding", name=name,
                                    save_dir=str(out / "lightning"), mode=wandb_mode))
+    return loggers
+
+
+def _fit(module: Any, minibatches: _Minibatches, out: Path, loggers: list[Any], *, iterations: int,
+         resume: bool, verbose: bool) -> tuple[Path, bool]:
+    """Run ``iterations`` epochs (resuming from ``out/checkpoints/last.ckpt`` when ``resume`` and it
+    exists): the last checkpoint's path and whether the run resumed."""
+    import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
+    from torch.utils.data import DataLoader
+
+    from framework.learning.train import quiet_lightning
+
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), save_last=True, save_top_k=1, every_n_epochs=1)
     last = out / "checkpoints" / "last.ckpt"
     resumed = bool(resume and last.is_file())
     if resumed:
         module.first_epoch = int(torch.load(last, map_location="cpu", weights_only=False)["epoch"]) + 1
-    from framework.learning.train import quiet_lightning
-
     with quiet_lightning(True):
-        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=iterations, logger=loggers, callbacks=[ckpt],
+        trainer = pl.Trainer(accelerator="cpu", devices=1, max_epochs=iterations, logger=loggers,
+                             callbacks=[ckpt],
                              enable_progress_bar=verbose and sys.stderr.isatty(),
                              enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
                              default_root_dir=str(out / "lightning"), deterministic=True)
-        trainer.fit(module, train_dataloaders=DataLoader(Minibatches(), batch_size=None), ckpt_path=str(last) if resumed else None)
+        trainer.fit(module, train_dataloaders=DataLoader(minibatches, batch_size=None),
+                    ckpt_path=str(last) if resumed else None)
     for lg in loggers[1:]:
         lg.experiment.finish()
-    info = {"iterations": iterations, "prompts": prompts, "group": group, "lambda": lam, "reward": reward_form,
-            "threshold": threshold, "temperature": temperature,
-            "normalise": normalise, "lr": lr, "history": history, "last_checkpoint": str(last),
-            "resumed": resumed}
-    return module.net.cpu().eval(), info
+    return last, resumed

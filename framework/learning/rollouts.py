@@ -117,7 +117,8 @@ def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: Decod
     return RolloutDataset(X=X, y=y, sample=rows, step=step, position=pos)
 
 
-def over_split(loaded: Any, task: Any, split: str, n: int, collect: Any, *, config: Optional[DecodeConfig] = None,
+def over_split(loaded: Any, task: Any, split: str, n: int, collect: Any, *,
+               config: Optional[DecodeConfig] = None,
                batch_size: int = 64, data_seed: int = 0, progress: Any = None) -> RolloutDataset:
     """``collect(prompts, seeds, config, start)`` over ``n`` examples of a task split in batches
     (seeds as in evaluation), the parts concatenated; ``progress`` (a tqdm bar) counts prompts."""
@@ -140,6 +141,7 @@ def build_dataset(loaded: Any, task: Any, split: str, n: int, *, config: Optiona
                   batch_size: int = 64, rollout: Any = None, data_seed: int = 0) -> RolloutDataset:
     """:func:`collect_rollouts` over ``n`` examples of a task split (seeds as in evaluation)."""
     return over_split(loaded, task, split, n,
-                      lambda prompts, seeds, cfg, start: collect_rollouts(loaded.denoiser, prompts, cfg, seeds=seeds,
+                      lambda prompts, seeds, cfg,
+                      start: collect_rollouts(loaded.denoiser, prompts, cfg, seeds=seeds,
                                                                           rollout=rollout),
                       config=config, batch_size=batch_size, data_seed=data_seed)

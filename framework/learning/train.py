@@ -101,7 +101,8 @@ def make_policy_module(kind: str = "mlp", arch: Optional[dict] = None, lr: float
                                   neg_weight=neg_weight)
 
 
-def masked_bce(logits: torch.Tensor, y: torch.Tensor, valid: torch.Tensor, neg_weight: float = 1.0) -> torch.Tensor:
+def masked_bce(logits: torch.Tensor, y: torch.Tensor, valid: torch.Tensor,
+               neg_weight: float = 1.0) -> torch.Tensor:
     """Binary cross-entropy over the valid (eligible) slots of the windows, unsafe rows (y = 0)
     weighted ``neg_weight``: a wrong commit can cost the whole answer, a held position one forward."""
     y = y.to(logits.dtype)
@@ -138,7 +139,8 @@ def _policy_module_class() -> type:
             x, valid, y = batch
             logits = self.net(x, valid)
             loss = masked_bce(logits, y, valid, self.hparams.neg_weight)
-            self.log("val_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=int(valid.sum()))
+            self.log("val_loss", loss, on_step=False, on_epoch=True, prog_bar=True,
+                     batch_size=int(valid.sum()))
             self._val.append((torch.sigmoid(logits[valid]).detach().cpu(), y[valid].detach().cpu()))
 
         def on_validation_epoch_end(self) -> None:
@@ -262,7 +264,8 @@ def train_net(kind: str, train: RolloutDataset, val: RolloutDataset, *, out_dir:
     return module.net.cpu().eval(), info
 
 
-def policy_metrics(net: nn.Module, data: RolloutDataset, threshold: float, kind: str = "mlp") -> dict[str, float]:
+def policy_metrics(net: nn.Module, data: RolloutDataset, threshold: float, kind: str = "mlp") -> dict[str,
+                                                                                                      float]:
     """scikit-learn ROC-AUC and average precision; precision / recall / commit rate at ``threshold``."""
     from sklearn.metrics import (
         average_precision_score,
@@ -293,16 +296,20 @@ def policy_controller(controller: str, policy: "str | os.PathLike", threshold: O
                       verify_threshold: Optional[float] = None, **extra: Any) -> Any:
     """The learned controller over ``policy`` (``extra``: its other parameters, e.g. ``sample``);
     inside ``verified`` at τ₂ = ``verify_threshold`` if given."""
-    params = {"policy": str(policy), **({} if threshold is None else {"threshold": float(threshold)}), **extra}
+    params = {"policy": str(policy), **({} if threshold is None else {"threshold": float(threshold)}),
+              **extra}
     if verify_threshold is None:
         return build_controller(controller, **params)
-    return build_controller("verified", inner=controller, inner_params=params, verify_threshold=verify_threshold)
+    return build_controller("verified", inner=controller, inner_params=params,
+                            verify_threshold=verify_threshold)
 
 
 def calibrate_threshold(loaded: Any, task: Any, controller: str, policy: "str | os.PathLike",
-                        config: DecodeConfig, *, n: int = 64, thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
+                        config: DecodeConfig, *, n: int = 64,
+                        thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
                         max_drop: float = 0.01, batch_size: int = 64, data_seed: int = 0,
-                        reference: Optional[dict] = None, verify_threshold: Optional[float] = None) -> dict[str, Any]:
+                        reference: Optional[dict] = None,
+                        verify_threshold: Optional[float] = None) -> dict[str, Any]:
     """Decode ``n`` validation examples at each threshold; pick the tuning rule's point (inside
     ``verified`` when ``verify_threshold`` is given, as the policy will be decoded)."""
     from framework.tuning.front import choose_index

@@ -71,7 +71,8 @@ def to_windows(data: RolloutDataset, values: torch.Tensor | None = None) -> Wind
 def to_rows(data: RolloutDataset, values: torch.Tensor | None = None) -> Windows:
     """Every row its own window of one (for the per-position policies)."""
     values = data.y if values is None else values
-    return Windows(data.X[:, None], torch.ones(len(data), 1, dtype=torch.bool), values[:, None], data.sample.clone())
+    return Windows(data.X[:, None], torch.ones(len(data), 1, dtype=torch.bool), values[:, None],
+                   data.sample.clone())
 
 
 def as_windows(kind: str, data: RolloutDataset) -> Windows:

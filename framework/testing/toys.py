@@ -66,12 +66,12 @@ class ToyDenoiser(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         self.calls += 1
-        b, l = input_ids.shape
-        out = torch.full((b, l, self.vocab_size), -30.0)
+        b, seq_len = input_ids.shape
+        out = torch.full((b, seq_len, self.vocab_size), -30.0)
         out.scatter_(2, input_ids.unsqueeze(-1), 0.0)  # prompt/committed positions predict themselves
         g = self.answer.numel()
         p = self.prompt_length
-        out[:, p : p + g] = self.gen_logits[None, : min(g, l - p)]
+        out[:, p : p + g] = self.gen_logits[None, : min(g, seq_len - p)]
         return out
 
 
@@ -96,9 +96,9 @@ class CouplingDenoiser(nn.Module):
         self.pairs = ((0, 1), (2, 3))
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        b, l = input_ids.shape
+        b, seq_len = input_ids.shape
         p = self.prompt_length
-        probs = torch.full((b, l, self.vocab_size), 1e-6)
+        probs = torch.full((b, seq_len, self.vocab_size), 1e-6)
         probs.scatter_(2, input_ids.unsqueeze(-1), 1.0)
         first, second = input_ids[:, p], input_ids[:, p + 1]
         m = self.mask_token_id
@@ -163,25 +163,26 @@ class ContextToyDenoiser(nn.Module):
         self.calls = 0
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        from framework.core.rng import GOLDEN_GAMMA, shift_right, mix64
+        from framework.core.rng import GOLDEN_GAMMA, mix64, shift_right_logical
 
         self.calls += 1
-        b, l = input_ids.shape
+        b, seq_len = input_ids.shape
         n_ord = self.vocab_size - 3
-        visible = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
+        visible = torch.ones_like(input_ids,
+                                  dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         known = visible & (input_ids != self.mask_token_id)
-        pos = torch.arange(l, dtype=torch.int64, device=input_ids.device)[None, :]
+        pos = torch.arange(seq_len, dtype=torch.int64, device=input_ids.device)[None, :]
         terms = mix64((input_ids.long() + 1) * GOLDEN_GAMMA + pos)
         key = torch.where(known, terms, torch.zeros_like(terms)).sum(1, keepdim=True)  # [b, 1]
-        h = mix64(key + mix64(pos * 7919 + self.salt))  # [b, l]
+        h = mix64(key + mix64(pos * 7919 + self.salt))  # [b, seq_len]
         h1, h2 = mix64(h + 1), mix64(h + 2)
-        unit = lambda x: shift_right(x, 11).double() / float(1 << 53)  # noqa: E731
-        answer = shift_right(h, 1) % n_ord
-        second_id = (answer + 1 + shift_right(h1, 1) % (n_ord - 1)) % n_ord
+        unit = lambda x: shift_right_logical(x, 11).double() / float(1 << 53)  # noqa: E731
+        answer = shift_right_logical(h, 1) % n_ord
+        second_id = (answer + 1 + shift_right_logical(h1, 1) % (n_ord - 1)) % n_ord
         p1 = self.low + (self.high - self.low) * unit(h1)
         p2 = torch.minimum(p1, 1.0 - p1) * unit(h2)
         rest = ((1.0 - p1 - p2) / (n_ord - 2)).clamp(min=1e-12)
-        probs = torch.zeros(b, l, self.vocab_size, dtype=torch.float64, device=input_ids.device)
+        probs = torch.zeros(b, seq_len, self.vocab_size, dtype=torch.float64, device=input_ids.device)
         probs[..., :n_ord] = rest[..., None]
         probs.scatter_(2, second_id[..., None], p2[..., None].clamp(min=1e-12))
         probs.scatter_(2, answer[..., None], p1[..., None])
@@ -232,7 +233,7 @@ class JointDenoiser(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         self.calls += 1
-        b, l = input_ids.shape
+        b, seq_len = input_ids.shape
         self.rows_seen += b
         g = self.answers.shape[1]
         p = self.prompt_length
@@ -247,7 +248,7 @@ class JointDenoiser(nn.Module):
         uniform[:n_ord] = 1.0 / n_ord
         tot = mass.sum(-1, keepdim=True)
         gen_probs = torch.where(tot > 0, mass / tot.clamp(min=1e-300), uniform)
-        probs = torch.full((b, l, self.vocab_size), 1e-12, dtype=torch.float64)
+        probs = torch.full((b, seq_len, self.vocab_size), 1e-12, dtype=torch.float64)
         probs.scatter_(2, input_ids.unsqueeze(-1), 1.0)
         masked = (input_ids[:, p : p + g] == self.mask_token_id)[..., None]
         probs[:, p : p + g] = torch.where(masked, gen_probs.clamp(min=1e-12), probs[:, p : p + g])
@@ -263,7 +264,10 @@ class CharTokenizer:
     mask as ``_`` and skips PAD.
     """
 
-    def __init__(self, alphabet: str = " abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,:;!?+=-'%$") -> None:
+    #: the default characters: space, letters, digits and common punctuation
+    ALPHABET = " abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.,:;!?+=-'%$"
+
+    def __init__(self, alphabet: str = ALPHABET) -> None:
         self.alphabet = alphabet
         n = len(alphabet)
         self.pad_token_id, self.eos_token_id, self.mask_token_id = n, n + 1, n + 2
@@ -330,13 +334,14 @@ class CachedToy(nn.Module):
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         return self.model(input_ids, attention_mask=attention_mask)
 
-    def window_logits(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor], out_cols: torch.Tensor, *,
-                      cache: Optional[TokenCache] = None, query_cols: Optional[torch.Tensor] = None,
+    def window_logits(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor], out_cols: torch.Tensor,
+                      *, cache: Optional[TokenCache] = None, query_cols: Optional[torch.Tensor] = None,
                       query_valid: Optional[torch.Tensor] = None, use_cache: bool = False) -> tuple:
         if cache is None:
             seen, cache = x, (TokenCache(x.clone()) if use_cache else None)
         else:
-            valid = torch.ones_like(query_cols, dtype=torch.bool) if query_valid is None else query_valid.bool()
+            valid = torch.ones_like(query_cols,
+                                    dtype=torch.bool) if query_valid is None else query_valid.bool()
             r, c = valid.nonzero(as_tuple=True)
             cache.tokens[r, query_cols[r, c]] = x[r, query_cols[r, c]]
             seen = cache.tokens

@@ -86,18 +86,21 @@ class CausalLM(nn.Module):
         return self.head.weight.device
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        b, l = input_ids.shape
-        if l > self.config.max_len:
-            raise ValueError(f"sequence of {l} tokens is longer than the causal LM's max_len={self.config.max_len}")
-        h = self.tok(input_ids) + self.pos(torch.arange(l, device=input_ids.device))[None]
-        causal = torch.triu(torch.full((l, l), float("-inf"), device=input_ids.device), diagonal=1)
+        b, seq_len = input_ids.shape
+        if seq_len > self.config.max_len:
+            raise ValueError(f"sequence of {seq_len} tokens is longer than the causal LM's "
+                             f"max_len={self.config.max_len}")
+        h = self.tok(input_ids) + self.pos(torch.arange(seq_len, device=input_ids.device))[None]
+        causal = torch.triu(torch.full((seq_len, seq_len), float("-inf"), device=input_ids.device),
+                            diagonal=1)
         h = self.blocks(h, mask=causal, is_causal=True)  # right padding never reaches earlier positions
         return self.head(self.norm(h))
 
 
 def token_logprobs(model: CausalLM, ids: torch.Tensor) -> torch.Tensor:
     """``out[:, i] = log q(x_i | x_{<i})`` ``[B, L]`` (0 at i = 0)."""
-    logits = model(ids[:, :-1]) if ids.shape[1] > 1 else ids.new_zeros((ids.shape[0], 0, model.vocab_size)).float()
+    empty = ids.new_zeros((ids.shape[0], 0, model.vocab_size)).float()
+    logits = model(ids[:, :-1]) if ids.shape[1] > 1 else empty
     lp = torch.log_softmax(logits.float(), dim=-1).gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     return torch.cat([torch.zeros_like(ids[:, :1], dtype=torch.float), lp], 1)
 
@@ -119,9 +122,10 @@ def generate_greedy(model: CausalLM, prompts: Sequence[Sequence[int]], gen_lengt
 class CausalLMModule(pl.LightningModule):
     """:class:`CausalLM` trained on one task with next-token CE on the answer slot (see module doc)."""
 
-    def __init__(self, task: str = "addition", task_params: Optional[dict] = None, model: Optional[dict] = None,
-                 lr: float = 2e-3, weight_decay: float = 0.01, warmup_steps: int = 100, max_steps: int = 1500,
-                 max_seconds: Optional[float] = None, corrupt: float = 0.5) -> None:
+    def __init__(self, task: str = "addition", task_params: Optional[dict] = None,
+                 model: Optional[dict] = None, lr: float = 2e-3, weight_decay: float = 0.01,
+                 warmup_steps: int = 100, max_steps: int = 1500, max_seconds: Optional[float] = None,
+                 corrupt: float = 0.5) -> None:
         super().__init__()
         from framework.tasks.base import get_task
 
@@ -153,7 +157,8 @@ class CausalLMModule(pl.LightningModule):
             self.trainer.should_stop = True
 
     def configure_optimizers(self) -> Any:
-        opt = torch.optim.AdamW(self.lm.parameters(), lr=self.hparams.lr, weight_decay=self.hparams.weight_decay,
+        opt = torch.optim.AdamW(self.lm.parameters(), lr=self.hparams.lr,
+                                weight_decay=self.hparams.weight_decay,
                                 betas=(0.9, 0.98))
         sched = torch.optim.lr_scheduler.LambdaLR(opt, self.lr_factor)
         return {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}}
@@ -206,7 +211,8 @@ def ar_exact_match(model: CausalLM, task: Any, examples: Sequence[Any]) -> float
         return float("nan")
     gen = generate_greedy(model, [task.prompt_ids(e) for e in examples], task.gen_length)
     tok = task.tokenizer
-    return sum(task.score(e, tok.decode(g.tolist(), stop_at_eos=True)) for e, g in zip(examples, gen)) / len(examples)
+    return sum(task.score(e, tok.decode(g.tolist(), stop_at_eos=True))
+               for e, g in zip(examples, gen)) / len(examples)
 
 
 def train_causal_lm(
@@ -220,22 +226,13 @@ def train_causal_lm(
     ``val_size``, ``n_test``, ...). ``wandb_mode``: offline (default), online or disabled.
     ``num_threads``: torch CPU threads (one is fastest on a shared machine).
     """
-    from pytorch_lightning.loggers import CSVLogger
-
     from framework.models.saved import default_cache_dir
     from framework.tasks.base import Task, get_task
     from framework.training.data import TaskDataModule
 
     if wandb_mode not in ("offline", "online", "disabled"):
         raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
-    unknown = set(overrides) - set(RECIPE)
-    if unknown:
-        raise TypeError(f"train_causal_lm() got unknown options {sorted(unknown)}; allowed: {', '.join(RECIPE)}")
-    r = {**RECIPE, **{k: v for k, v in overrides.items() if v is not None}}
-    if max_steps is not None:
-        r["max_steps"] = max_steps
-    if max_minutes is not None:
-        r["max_minutes"] = max_minutes
+    r = _recipe(overrides, max_steps, max_minutes)
     if num_threads:
         torch.set_num_threads(int(num_threads))
     task_obj = task if isinstance(task, Task) else get_task(task)
@@ -246,49 +243,90 @@ def train_causal_lm(
     module = CausalLMModule(task=task_obj.name, task_params=task_obj.get_params(),
                             model={k: r[k] for k in _ARCH}, lr=r["lr"], weight_decay=r["weight_decay"],
                             warmup_steps=r["warmup_steps"], max_steps=r["max_steps"],
-                            max_seconds=60.0 * r["max_minutes"] if r["max_minutes"] else None, corrupt=r["corrupt"])
+                            max_seconds=60.0 * r["max_minutes"] if r["max_minutes"] else None,
+                            corrupt=r["corrupt"])
     data = TaskDataModule(task_obj, batch_size=r["batch_size"], val_size=r["val_size"], seed=seed)
-    loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
-    if wandb_mode != "disabled":
-        from pytorch_lightning.loggers import WandbLogger
-
-        os.environ.setdefault("WANDB_SILENT", "true")
-        loggers.append(WandbLogger(project="adaptive-decoding", name=f"causal-lm-{task_obj.name}",
-                                   save_dir=str(out / "lightning"), mode=wandb_mode, config={"task": task_obj.name, **r}))
-    has_val = bool(r["val_size"])
-    trainer = pl.Trainer(
-        accelerator="cpu", devices=1, max_steps=int(r["max_steps"]), logger=loggers,
-        enable_progress_bar=progress, enable_model_summary=progress, enable_checkpointing=False,
-        val_check_interval=min(int(r["val_every"]), int(r["max_steps"])) if has_val else None,
-        check_val_every_n_epoch=None, limit_val_batches=1.0 if has_val else 0, num_sanity_val_steps=0,
-        log_every_n_steps=25, default_root_dir=str(out / "lightning"), gradient_clip_val=1.0,
-    )
+    loggers = _loggers(out, task_obj.name, r, wandb_mode)
+    trainer = _trainer(r, loggers, out, progress)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*IterableDataset.*")
         trainer.fit(module, datamodule=data)
     secs = time.perf_counter() - (module._t0 or time.perf_counter())
     lm = module.lm.cpu().eval()
-    acc = trainer.callback_metrics.get("val/next_token_acc")
-    test = task_obj.examples("test", int(r["n_test"]), seed=seed) if r["n_test"] else []
-    em = ar_exact_match(lm, task_obj, test) if test else float("nan")
-    metrics = {"task": task_obj.name, "test_ar_exact_match": em, "n_test": len(test),
-               "val_next_token_acc": float(acc) if acc is not None else None,
-               "steps": int(trainer.global_step), "train_seconds": round(secs, 1), "seed": seed}
+    metrics = _measure(lm, task_obj, trainer, r, seed, secs)
     save_causal_lm(out, lm, task=task_obj, recipe=r, metrics=metrics)
     for lg in loggers[1:]:
         lg.experiment.finish()
-    return CausalTrainResult(path=out, task=task_obj.name, test_exact_match=em, next_token_acc=metrics["val_next_token_acc"],
-                             steps=int(trainer.global_step), train_seconds=secs, config=lm.config.to_dict())
+    return CausalTrainResult(path=out, task=task_obj.name, test_exact_match=metrics["test_ar_exact_match"],
+                             next_token_acc=metrics["val_next_token_acc"], steps=int(trainer.global_step),
+                             train_seconds=secs, config=lm.config.to_dict())
+
+
+def _recipe(overrides: dict[str, Any], max_steps: Optional[int], max_minutes: Optional[float]) -> dict[str,
+                                                                                                       Any]:
+    """:data:`RECIPE` with the given overrides (``None`` keeps the default); an unknown key is refused."""
+    unknown = set(overrides) - set(RECIPE)
+    if unknown:
+        raise TypeError(f"train_causal_lm() got unknown options {sorted(unknown)}; allowed: "
+                        f"{', '.join(RECIPE)}")
+    r = {**RECIPE, **{k: v for k, v in overrides.items() if v is not None}}
+    if max_steps is not None:
+        r["max_steps"] = max_steps
+    if max_minutes is not None:
+        r["max_minutes"] = max_minutes
+    return r
+
+
+def _loggers(out: Path, task_name: str, r: dict[str, Any], wandb_mode: str) -> list[Any]:
+    """A CSV logger under ``out/lightning``, and a W&B one unless ``wandb_mode`` is ``disabled``."""
+    from pytorch_lightning.loggers import CSVLogger
+
+    loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
+    if wandb_mode != "disabled":
+        from pytorch_lightning.loggers import WandbLogger
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        loggers.append(WandbLogger(project="adaptive-decoding", name=f"causal-lm-{task_name}",
+                                   save_dir=str(out / "lightning"), mode=wandb_mode,
+                                   config={"task": task_name, **r}))
+    return loggers
+
+
+def _trainer(r: dict[str, Any], loggers: list[Any], out: Path, progress: bool) -> pl.Trainer:
+    """The CPU trainer: ``max_steps`` steps, validation every ``val_every`` steps (none without a
+    validation set), gradients clipped at 1."""
+    has_val = bool(r["val_size"])
+    return pl.Trainer(
+        accelerator="cpu", devices=1, max_steps=int(r["max_steps"]), logger=loggers,
+        enable_progress_bar=progress, enable_model_summary=progress, enable_checkpointing=False,
+        val_check_interval=min(int(r["val_every"]), int(r["max_steps"])) if has_val else None,
+        check_val_every_n_epoch=None, limit_val_batches=1.0 if has_val else 0, num_sanity_val_steps=0,
+        log_every_n_steps=25, default_root_dir=str(out / "lightning"), gradient_clip_val=1.0,
+    )
+
+
+def _measure(lm: CausalLM, task_obj: Any, trainer: pl.Trainer, r: dict[str, Any], seed: int,
+             secs: float) -> dict[str, Any]:
+    """The trained LM's figures: greedy exact match on ``n_test`` test examples, the last validation
+    next-token accuracy, steps and training time."""
+    acc = trainer.callback_metrics.get("val/next_token_acc")
+    test = task_obj.examples("test", int(r["n_test"]), seed=seed) if r["n_test"] else []
+    em = ar_exact_match(lm, task_obj, test) if test else float("nan")
+    return {"task": task_obj.name, "test_ar_exact_match": em, "n_test": len(test),
+            "val_next_token_acc": float(acc) if acc is not None else None,
+            "steps": int(trainer.global_step), "train_seconds": round(secs, 1), "seed": seed}
 
 
 # ---------------------------------------------------------------------- save / load / cache
-def save_causal_lm(folder: "str | os.PathLike", lm: CausalLM, *, task: Any, recipe: dict, metrics: dict) -> Path:
+def save_causal_lm(folder: "str | os.PathLike", lm: CausalLM, *, task: Any, recipe: dict,
+                   metrics: dict) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     torch.save({k: v.detach().cpu() for k, v in lm.state_dict().items()}, folder / "model.pt")
     (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
-    cfg = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": lm.config.to_dict(), "task": task.name,
+    cfg = {"format": FORMAT, "format_version": FORMAT_VERSION, "model": lm.config.to_dict(),
+           "task": task.name,
            "task_params": task.get_params(), "vocab": list(task.tokenizer.vocab), "recipe": recipe}
     (folder / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")  # last: marks completeness
     return folder
@@ -326,7 +364,8 @@ def causal_lm_dir(task: str) -> Path:
 _CACHE: dict[tuple[str, str], CausalLM] = {}
 
 
-def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True, progress: bool = True) -> CausalLM:
+def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True,
+                   progress: bool = True) -> CausalLM:
     """The cached verifier LM of a built-in task (trained on first use, then reused; per process too)."""
     from framework.models.saved import CheckpointError, file_lock
 
@@ -336,8 +375,9 @@ def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True
     folder = causal_lm_dir(task)
     if not (folder / "config.json").exists():
         if not train_if_missing:
-            raise CheckpointError(f"{folder / 'config.json'}: file not found (the causal LM of task {task!r} is "
-                                  f"not trained yet; call framework.training.causal_lm.train_causal_lm({task!r}) or allow "
+            raise CheckpointError(f"{folder / 'config.json'}: file not found (the causal LM of task "
+                                  f"{task!r} is not trained yet; call "
+                                  f"framework.training.causal_lm.train_causal_lm({task!r}) or allow "
                                   f"train_if_missing)")
         with file_lock(folder.parent / f".causal-{task}.lock"):
             if not (folder / "config.json").exists():
@@ -346,10 +386,12 @@ def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True
                 staging = folder.parent / f".causal-{task}.partial-{os.getpid()}"
                 res = train_causal_lm(task, out_dir=staging, progress=progress,
                                       wandb_mode=os.environ.get("WANDB_MODE", "offline")
-                                      if os.environ.get("WANDB_MODE") in ("offline", "online", "disabled") else "offline")
+                                      if os.environ.get("WANDB_MODE") in ("offline", "online",
+                                                                          "disabled") else "offline")
                 if folder.exists() and not any(folder.iterdir()):
                     folder.rmdir()
                 os.replace(staging, folder)
-                print(f"adec: {res.summary().replace(str(staging), str(folder))}", file=sys.stderr, flush=True)
+                print(f"adec: {res.summary().replace(str(staging), str(folder))}", file=sys.stderr,
+                      flush=True)
     _CACHE[key] = load_causal_lm_folder(folder, device=device)
     return _CACHE[key]

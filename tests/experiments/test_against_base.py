@@ -25,12 +25,16 @@ def test_base_pairs_by_label_and_by_revocable_controller():
 def test_points_are_matched_without_interpolation_and_targets_judged():
     la = {"scorer": "logprob"}
     rows = [row("margin_topk", "m (0.99)", 0.70, 20.0), row("margin_topk", "m (0.9)", 0.45, 6.0),
-            row("margin_topk + lookahead", "m+la (0.9)", 0.52, 12.0, lookahead=la),  # +7 at NFE ≤ 12 (vs 0.45)
-            row("margin_topk + lookahead", "m+la (0.7)", 0.30, 5.5, lookahead=la),  # no base point at NFE ≤ 5.5; 1.09×
-            row("fast_dllm", "f (0.99)", 0.70, 10.0, "fast_dllm"), row("fast_dllm", "f (0.9)", 0.35, 4.0, "fast_dllm"),
+            row("margin_topk + lookahead", "m+la (0.9)", 0.52, 12.0, lookahead=la),
+            # +7 at NFE ≤ 12 (vs 0.45)
+            row("margin_topk + lookahead", "m+la (0.7)", 0.30, 5.5, lookahead=la),
+            # no base point at NFE ≤ 5.5; 1.09×
+            row("fast_dllm", "f (0.99)", 0.70, 10.0, "fast_dllm"),
+            row("fast_dllm", "f (0.9)", 0.35, 4.0, "fast_dllm"),
             row("wino", "w (0.99)", 0.70, 8.0, "wino"),  # same accuracy, 10/8 = 1.25× tokens per forward
             row("wino", "w (0.9)", 0.20, 4.5, "wino"),  # 15 points below f (0.9) at NFE ≤ 4.5
-            row("fast_dllm + eos_fill", "f+e", 0.99, 3.0, "fast_dllm")]  # neither lookahead nor revocable: left out
+            row("fast_dllm + eos_fill", "f+e", 0.99, 3.0,
+                "fast_dllm")]  # neither lookahead nor revocable: left out
     out = compare(rows, aups={"wino": 700.0, "fast_dllm": 650.0})
     by = {q["variant"]: q for q in out["points"]}
     assert set(by) == {"m+la (0.9)", "m+la (0.7)", "w (0.99)", "w (0.9)"}
@@ -55,13 +59,16 @@ def test_points_are_matched_without_interpolation_and_targets_judged():
 
 def test_a_verified_wrapper_is_compared_with_its_own_drafter():
     pol = {"policy": "p.pt"}
-    learned = [dict(row("learned", f"l ({t})", a, n, "learned"), params={**pol, "threshold": t}, sweep={"threshold": t})
+    learned = [dict(row("learned", f"l ({t})", a, n, "learned"), params={**pol, "threshold": t},
+                    sweep={"threshold": t})
                for t, a, n in [(0.99, 0.70, 20.0), (0.9, 0.40, 8.0)]]
-    other = [dict(row("learned other", "o (0.9)", 0.9, 30.0, "learned"), params={"policy": "q.pt", "threshold": 0.9},
+    other = [dict(row("learned other", "o (0.9)", 0.9, 30.0, "learned"),
+                  params={"policy": "q.pt", "threshold": 0.9},
                   sweep={"threshold": 0.9})]
     fast = [row("fast_dllm", "f (0.9)", 0.95, 5.0, "fast_dllm")]
     wrapped = [dict(row("verified learned", f"v ({t})", a, n, "verified"),
-                    params={"inner": "learned", "inner_params": {**pol, "threshold": t}, "verify_threshold": 0.98},
+                    params={"inner": "learned", "inner_params": {**pol, "threshold": t},
+                            "verify_threshold": 0.98},
                     sweep={"inner_params.threshold": t}) for t, a, n in [(0.9, 0.55, 8.5)]]
     orphan = [dict(row("verified other", "v2", 0.5, 9.0, "verified"),
                    params={"inner": "learned", "inner_params": {"policy": "r.pt", "threshold": 0.9}})]
@@ -81,7 +88,8 @@ def test_the_forwards_ratio_is_not_fooled_by_a_ragged_nfe():
     # the variant spends 2 forwards on half its samples and 30 on the others (mean 16, mean G/NFE 21.6 for
     # G = 81); the base spends 18 on every sample (4.5): per sample means say 4.8x, total forwards 1.125x
     la = {"scorer": "sudoku_rules"}
-    lazy = dict(row("margin_topk + lookahead", "lazy (0.95)", 0.72, 16.0, lookahead=la), tpf=(81 / 2 + 81 / 30) / 2)
+    lazy = dict(row("margin_topk + lookahead", "lazy (0.95)", 0.72, 16.0, lookahead=la),
+                tpf=(81 / 2 + 81 / 30) / 2)
     rows = [row("margin_topk", "m (0.99)", 0.73, 18.0), row("margin_topk", "m (0.98)", 0.70, 15.0), lazy]
     out = compare(rows)
     q = out["points"][0]

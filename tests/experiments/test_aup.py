@@ -45,7 +45,8 @@ def test_task_aup_takes_y_max_over_every_curve():
     scores, y_max = task_aup({"seq": [(1, 92)], "fast": [(1.5, 90), (3, 88)]})
     assert y_max == 92
     w90, w88 = math.exp(-3 * (1 - 90 / 92)), math.exp(-3 * (1 - 88 / 92))
-    assert scores == {"seq": pytest.approx(92.0), "fast": pytest.approx(1.5 * 90 + 0.75 * (88 * w88 + 90 * w90))}
+    assert scores == {"seq": pytest.approx(92.0),
+                      "fast": pytest.approx(1.5 * 90 + 0.75 * (88 * w88 + 90 * w90))}
     assert task_aup({"a": [(1, 0)], "b": [(2, 0), (4, 0)]}) == ({"a": 0.0, "b": 0.0}, 0.0)  # nothing correct
 
 

@@ -53,7 +53,8 @@ def same(a, b) -> None:
 def test_two_process_evaluation_equals_one_process(tmp_path):
     hub = {"name": str(llada_like(tmp_path)), "kind": "llada"}
     jobs = [
-        dict(model=TOY, task="addition", controller="fast_dllm", params={"threshold": 0.7}, n=11, batch_size=4),
+        dict(model=TOY, task="addition", controller="fast_dllm", params={"threshold": 0.7}, n=11,
+             batch_size=4),
         dict(model=RANDOM_TINY, task="addition", controller="margin_topk", params={"eta": 0.5, "k": 3}, n=9,
              batch_size=3, lookahead={"scorer": "logprob", "width": 3}),
         dict(model=hub, task="addition", controller="llada", params={"steps": 4}, decode={"gen_length": 8,
@@ -108,7 +109,8 @@ def test_multigpu_experiment_on_a_small_llada_checkpoint_two_processes(tmp_path)
         assert (a["world_size"], b["world_size"]) == (1, 2)
         sa = (tmp_path / "one" / "llada_multigpu" / "cells" / a["cell"] / "samples.jsonl").read_text()
         sb = (tmp_path / "two" / "llada_multigpu" / "cells" / b["cell"] / "samples.jsonl").read_text()
-        assert [json.loads(x)["output"] for x in sa.splitlines()] == [json.loads(x)["output"] for x in sb.splitlines()]
+        assert [json.loads(x)["output"] for x in sa.splitlines()] == [json.loads(x)["output"]
+                                                                      for x in sb.splitlines()]
     assert {r["kind"] for r in two.rows} >= {"reference", "baseline", "heuristic", "oracle"}
 
 
@@ -132,9 +134,11 @@ def test_spawned_ranks_leave_cleanly_and_keep_what_they_printed(tmp_path):
     must flush its own output first: both ranks' unflushed lines reach a piped stdout and spawn returns."""
     script = tmp_path / "hello.py"
     script.write_text(SPAWN_SCRIPT)
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # block-buffered, as usual on a pipe
+    env = {k: v for k, v in os.environ.items()
+           if k != "PYTHONUNBUFFERED"}  # block-buffered, as usual on a pipe
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
-    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True,
+                          text=True,
                           timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = proc.stdout.splitlines()

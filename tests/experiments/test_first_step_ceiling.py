@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.first_step_ceiling import adaptive_count, clean_prefix, global_cut, ranking_auc, report
+from experiments.studies.first_step_ceiling import (
+    adaptive_count,
+    clean_prefix,
+    global_cut,
+    ranking_auc,
+    report,
+)
 
 
 def test_clean_prefix_counts_blanks_ranked_before_the_first_wrong_one():
@@ -26,7 +32,8 @@ def test_one_cut_off_for_all_prompts_stops_where_too_many_prompts_would_commit_a
     score = torch.tensor([[0.95, 0.9, 0.6, 0.4], [0.99, 0.8, 0.7, 0.3]])
     right = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.bool)
     blank = torch.ones(2, 4, dtype=torch.bool)
-    t, commits = global_cut(score, right, blank, keep=1.0, grid=9)  # thresholds: the 9 quantiles of the 8 scores
+    t, commits = global_cut(score, right, blank, keep=1.0,
+                            grid=9)  # thresholds: the 9 quantiles of the 8 scores
     assert 0.7 < t <= 0.8 and commits == pytest.approx(2.0)  # 0.95, 0.9 | 0.99, 0.8
     t, commits = global_cut(score, right, blank, keep=0.5, grid=401)  # one prompt may fail: down to above 0.4
     assert 0.4 < t <= 0.6 and commits == pytest.approx(3.0)  # 0.95, 0.9, 0.6 | 0.99, 0.8, 0.7
@@ -43,7 +50,8 @@ def test_ranking_auc_is_the_mann_whitney_probability_with_ties_halved():
 
 
 def test_report_puts_the_hindsight_bound_beside_the_oracle():
-    data = {"right": torch.tensor([[1, 1, 0, 1]], dtype=torch.bool), "blank": torch.ones(1, 4, dtype=torch.bool),
+    data = {"right": torch.tensor([[1, 1, 0, 1]], dtype=torch.bool),
+            "blank": torch.ones(1, 4, dtype=torch.bool),
             "confidence": torch.tensor([[0.9, 0.2, 0.5, 0.8]])}
     (row,) = report(data)
     assert row["oracle_mean"] == 3 and row["clean_mean"] == 2 and row["share_of_oracle"] == pytest.approx(2 / 3)
@@ -72,7 +80,7 @@ def test_an_adaptive_count_commits_more_where_the_profile_tells_how_far_is_safe(
 
 
 def test_the_command_runs_on_the_shipped_sudoku_model(capsys):
-    from experiments.first_step_ceiling import main
+    from experiments.studies.first_step_ceiling import main
 
     assert main(["--task", "sudoku9", "--n", "4", "--train", "8"]) == 0
     out = capsys.readouterr().out
@@ -81,7 +89,7 @@ def test_the_command_runs_on_the_shipped_sudoku_model(capsys):
 
 
 def test_bad_arguments_fail_with_what_is_allowed(capsys):
-    from experiments.first_step_ceiling import main
+    from experiments.studies.first_step_ceiling import main
 
     with pytest.raises(SystemExit):
         main(["--task-param", "grade"])

@@ -50,7 +50,8 @@ class EchoToy(nn.Module):
 
     def forward(self, x: torch.Tensor, attention_mask=None) -> torch.Tensor:
         b, length = x.shape
-        probs = torch.full((b, length, self.vocab_size), (1 - self.p) / (self.vocab_size - 2), dtype=torch.float64)
+        probs = torch.full((b, length, self.vocab_size), (1 - self.p) / (self.vocab_size - 2),
+                           dtype=torch.float64)
         probs[..., self.mask_token_id] = 1e-9
         for i in range(b):
             eq = (x[i] == self.eq).nonzero().flatten()
@@ -87,7 +88,8 @@ def tiny_folder(tmp_path_factory) -> Path:
     from framework.tasks.base import get_task
 
     folder = tmp_path_factory.mktemp("tiny") / "model"
-    save_pretrained(folder, tiny_model(task="addition").denoiser, task=get_task("addition"), recipe={}, metrics={})
+    save_pretrained(folder, tiny_model(task="addition").denoiser, task=get_task("addition"), recipe={},
+                    metrics={})
     return folder
 
 
@@ -136,12 +138,14 @@ def test_generate_until_equals_decode(lm_eval_env, tiny_folder, settings):
 def test_until_cuts_the_text_and_exact_match_scores_it(lm_eval_env):
     loaded = echo_model()
     lm = AdecLM(model=loaded, gen_length=8, block_length=4, threshold=0.5, batch_size=3)
-    with pytest.warns(UserWarning, match="ignores lm-eval's generation kwargs max_gen_toks: decoding is set by "
+    with pytest.warns(UserWarning,
+                      match="ignores lm-eval's generation kwargs max_gen_toks: decoding is set by "
                                          "--model_args \\(gen_length=8"):
         res = evaluate(lm, ["adec_copy_gen"], gen_kwargs={"max_gen_toks": 5, "temperature": 0})
     assert res["results"]["adec_copy_gen"]["exact_match,none"] == 1.0
     tok = loaded.tokenizer
-    raw = decode(loaded.denoiser, [tok.encode(p) for p in GEN_PROMPTS], build_controller("fast_dllm", threshold=0.5),
+    raw = decode(loaded.denoiser, [tok.encode(p) for p in GEN_PROMPTS],
+                 build_controller("fast_dllm", threshold=0.5),
                  DecodeConfig.build(gen_length=8, block_length=4))
     for i, s in enumerate(samples(res, "adec_copy_gen")):
         full = tok.decode(raw.generated[i].tolist())
@@ -238,7 +242,8 @@ def test_loglikelihood_rolling_is_refused_with_a_reason():
                                r".*gen_length.*; fast_dllm parameters: threshold")),
     ("controller=llada,threshold=0.9", ParameterError, (r"threshold=0\.9: unknown key.*llada parameters: "
                                                         r"confidence_eos_inf, remasking, steps")),
-    ("threshold=-1", ParameterError, r"fast_dllm\.threshold=-1 is out of range; allowed: number in \[0, inf\)"),
+    ("threshold=-1", ParameterError,
+     r"fast_dllm\.threshold=-1 is out of range; allowed: number in \[0, inf\)"),
     ("gen_length=8,block_length=3", ParameterError, r"block_length=3 does not divide gen_length=8"),
     ("cache=full", ParameterError, r"cache='full' is not allowed; allowed: one of 'none', 'prefix', 'dual'"),
     ("mc_num=0", ParameterError, r"adec\.mc_num=0 is out of range"),
@@ -273,7 +278,8 @@ def test_adec_lm_eval_runs_lm_evals_cli(lm_eval_env, tiny_folder, monkeypatch, c
     common = ["--tasks", "adec_copy_gen", "--include_path", str(TASKS), "--device", "cpu"]
     assert lm_eval_argv(["--tasks", "x"]) == ["lm-eval", "--tasks", "x", "--model", "adec"]
     assert lm_eval_argv(["ls", "tasks"]) == ["lm-eval", "ls", "tasks"]
-    assert main(["lm-eval", "run", "--model_args", f"model={tiny_folder},gen_length=8,block_length=4", *common]) == 0
+    assert main(["lm-eval", "run", "--model_args", f"model={tiny_folder},gen_length=8,block_length=4",
+                 *common]) == 0
     out = capsys.readouterr().out
     assert "adec_copy_gen" in out and "exact_match" in out
     assert main(["lm-eval", "--model_args", f"model={tiny_folder},bogus=1", *common]) == 2
@@ -292,7 +298,8 @@ def test_chat_templates_are_applied_once(tmp_path):
     vocab = ["[PAD]", "[UNK]", "[EOS]", "[MASK]", "hello", "world", "user", "assistant", "="]
     core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))
     core.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    raw = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]", eos_token="[EOS]")
+    raw = PreTrainedTokenizerFast(tokenizer_object=core, pad_token="[PAD]", unk_token="[UNK]",
+                                  eos_token="[EOS]")
     raw.chat_template = ("{% for m in messages %}{{ m['role'] }} {{ m['content'] }} {% endfor %}"
                          "{% if add_generation_prompt %}assistant{% endif %}")
     tok = HFTokenizer(raw, mask_token_id=3, eos_token_id=2, pad_token_id=0, chat=True)

@@ -33,13 +33,17 @@ def make_run(folder: Path, rows: list[dict], name: str = "bench") -> Path:
 SUDOKU = [
     row("sudoku", "sequential", "reference", 0.90, 8.0),                                 # ρ 1
     row("sudoku", "fast_dllm (threshold=0.9)", "baseline", 0.90, 4.0, "fast_dllm"),      # ρ 2
-    row("sudoku", "fast_dllm (threshold=0.7)", "baseline", 0.89, 2.0, "fast_dllm"),      # ρ 4, exactly 1 point below: matched
+    row("sudoku", "fast_dllm (threshold=0.7)", "baseline", 0.89, 2.0, "fast_dllm"),
+    # ρ 4, exactly 1 point below: matched
     row("sudoku", "fast_dllm (threshold=0.5)", "baseline", 0.70, 1.6, "fast_dllm"),      # ρ 5, too far below
-    row("sudoku", "llada", "baseline", 0.91, 5.0),                                       # ρ 1.6: the worst baseline
-    row("sudoku", "eb", "baseline", 0.60, 2.0),                                          # no point within 1 point
+    row("sudoku", "llada", "baseline", 0.91, 5.0),
+    # ρ 1.6: the worst baseline
+    row("sudoku", "eb", "baseline", 0.60, 2.0),
+    # no point within 1 point
     row("sudoku", "margin (k=2)", "heuristic", 0.92, 4.0, "margin"),                     # ρ 2
     row("sudoku", "margin (k=4)", "heuristic", 0.895, 1.6, "margin"),                    # ρ 5: matched
-    row("sudoku", "tuned_margin", "tuned", 0.88, 1.0),                                   # 2 points below: none
+    row("sudoku", "tuned_margin", "tuned", 0.88, 1.0),
+    # 2 points below: none
     row("sudoku", "learned_policy", "learned", 0.90, 2.5),                               # ρ 3.2
     row("sudoku", "oracle", "oracle", 0.90, 1.0),                                        # ρ 8
 ]
@@ -74,8 +78,10 @@ def test_matched_points_and_targets_by_hand(tmp_path):
     eb = next(p for p in m["points"] if p["curve"] == "eb")
     assert eb["quality"] is None and eb["nfe"] is None and eb["accuracy"] is None
     t = m["targets"]
-    assert t["baseline_spread"] == {"value": pytest.approx(2.5), "target": 2.0, "met": True, "of": "fast_dllm",
-                                    "over": "llada", "of_tpf": 4.0, "over_tpf": 1.6, "forwards": pytest.approx(2.5)}
+    assert t["baseline_spread"] == {"value": pytest.approx(2.5), "target": 2.0, "met": True,
+                                    "of": "fast_dllm",
+                                    "over": "llada", "of_tpf": 4.0, "over_tpf": 1.6,
+                                    "forwards": pytest.approx(2.5)}
     assert t["oracle_room"]["value"] == pytest.approx(2.0) and t["oracle_room"]["met"]  # 8 / 4: exactly the target
     assert (t["oracle_room"]["of"], t["oracle_room"]["over"]) == ("oracle", "fast_dllm")
     c = t["controllers"]
@@ -103,13 +109,15 @@ def test_one_baseline_has_no_spread(tmp_path):
     (TEXT, "gen_perplexity is lower-is-better"),
     ([r for r in ADDITION if r["kind"] != "reference"], "no reference"),
     ([row("bleu", "sequential", "reference", 0.5, 8.0, quality=31.0, metric="bleu"),
-      row("bleu", "eb", "baseline", 0.5, 4.0, quality=30.5, metric="bleu")], "bleu is not a fraction in [0, 1]"),
+      row("bleu", "eb", "baseline", 0.5, 4.0, quality=30.5, metric="bleu")],
+      "bleu is not a fraction in [0, 1]"),
 ])
 def test_no_matched_table_without_an_accuracy_and_a_reference(tmp_path, rows, why):
     m = matched_points(task_rows(rows, tmp_path))
     assert why in m["note"] and m["points"] == [] and m["targets"] == {}
     md = matched_markdown("t", m)
-    assert md[0] == "### t: matched accuracy" and md[2].startswith("No matched-accuracy table: ") and why in md[2]
+    assert md[0] == "### t: matched accuracy" and md[2].startswith("No matched-accuracy table: "
+                                                                   "") and why in md[2]
     assert not any(line.startswith("|") for line in md)
 
 
@@ -125,22 +133,23 @@ def test_report_renders_the_matched_tables_and_the_headline_count(tmp_path):
     # y_max = 92 (margin k=2), W(y) = exp(−3(1 − y/92)). fast_dllm: (2, 90), (4, 89); (5, 70) dropped:
     #   2·90 + ½·2·(89·0.906808 + 90·0.936864) = 180 + 80.706 + 84.318 = 345.02
     # margin: (2, 92), (5, 89.5): 2·92 + ½·3·(89.5·0.921713 + 92·1) = 184 + 261.74 = 445.74
-    assert aup["fast_dllm"] == pytest.approx(345.02, abs=0.01) and aup["margin"] == pytest.approx(445.74, abs=0.01)
+    assert aup["fast_dllm"] == pytest.approx(345.02, abs=0.01) and aup["margin"] == pytest.approx(445.74,
+                                                                                                  abs=0.01)
 
     headline = md[md.index("## Headline"):md.index("\n## ", md.index("## Headline") + 1)]
-    assert ("- **Matched accuracy** (targets: baseline spread and oracle room, at no more than 1 point below one token per step): both "
-            "targets met on 1 of 2 task(s) with a matched table: sudoku (baseline spread ≥ 2× on 1, oracle room "
-            "≥ 2× on 1; the goal: at least 3 tasks)") in headline
+    assert ("- **Matched accuracy** (targets: baseline spread and oracle room, at no more than 1 point "
+            "below one token per step): both targets met on 1 of 2 task(s) with a matched table: sudoku "
+            "(baseline spread ≥ 2× on 1, oracle room ≥ 2× on 1; the goal: at least 3 tasks)") in headline
 
     sudoku = md[md.index("## sudoku"):md.index("\n## ", md.index("## sudoku") + 1)]
     assert sudoku.index("| strategy | AUP |") < sudoku.index("### sudoku: matched accuracy")
     section = sudoku[sudoku.index("### sudoku: matched accuracy"):]
     expected = [
-        "Each curve's most parallel point no more than 1 point below the reference (sequential: accuracy ≥ 0.890); "
-        "tokens per forward compared at that point. On 50 examples a cell's accuracy has a 95% interval of about "
-        "±8.3 points at the reference's value (unpaired; two strategies on the same examples differ by less), wider "
-        "than the 1-point tolerance: a curve's matched point is partly its luckiest one; repeat close comparisons "
-        "on more examples.",
+        "Each curve's most parallel point no more than 1 point below the reference (sequential: accuracy ≥ "
+        "0.890); tokens per forward compared at that point. On 50 examples a cell's accuracy has a 95% "
+        "interval of about ±8.3 points at the reference's value (unpaired; two strategies on the same "
+        "examples differ by less), wider than the 1-point tolerance: a curve's matched point is partly its "
+        "luckiest one; repeat close comparisons on more examples.",
         "",
         "| curve | kind | matched point | accuracy | NFE | tokens per forward | AUP of the curve |",
         "|---|---|---|---|---|---|---|",
@@ -165,7 +174,8 @@ def test_report_renders_the_matched_tables_and_the_headline_count(tmp_path):
     assert "fast_dllm (2.50) / llada (2.00) = 1.25× (target ≥ 2×) ✗" in addition
     assert "oracle (4.00) / fast_dllm (2.50) = 1.60× (target ≥ 2×) ✗" in addition
     text = md[md.index("## text"):]
-    assert ("No matched-accuracy table: gen_perplexity is lower-is-better, matching needs an accuracy." in text)
+    assert ("No matched-accuracy table: gen_perplexity is lower-is-better, matching needs an "
+            "accuracy." in text)
 
     tasks = data["tasks"]
     assert tasks["sudoku"]["matched"]["targets"]["baseline_spread"]["met"] is True
@@ -197,7 +207,8 @@ def test_learned_targets_on_the_hand_made_sudoku(tmp_path):
     assert "learned" not in matched_points(task_rows(ADDITION, tmp_path / "a"))["targets"]
     # a ragged NFE: the same mean NFE as the ρ 6.8 curve's, a mean G / NFE of 9 (easy samples cost little):
     # per sample 1.80× the margin rule, in total forwards still 1.36×, and the line says both
-    ragged = [dict(r, tpf=9.0) if r["strategy"] == "window_policy" else r for r in task_rows(fast, tmp_path / "r")]
+    ragged = [dict(r, tpf=9.0) if r["strategy"] == "window_policy" else r
+              for r in task_rows(fast, tmp_path / "r")]
     t = matched_points(ragged)["targets"]["learned"]["over_non_learned"]
     assert t["value"] == pytest.approx(9.0 / 5) and t["forwards"] == pytest.approx(6.8 / 5)
     md = "\n".join(matched_markdown("sudoku", matched_points(ragged)))
@@ -205,7 +216,7 @@ def test_learned_targets_on_the_hand_made_sudoku(tmp_path):
 
 
 def test_learned_table_puts_the_best_learned_beside_the_best_non_learned_and_the_oracle(tmp_path):
-    from experiments.learned_table import table
+    from experiments.studies.learned_table import table
 
     rows = SUDOKU + [row("sudoku", "window_policy", "learned", 0.90, 8 / 6.8)]
     bench = {"tasks": {"sudoku": {"matched": matched_points(task_rows(rows, tmp_path),

@@ -57,7 +57,8 @@ def test_the_verify_loop_pays_no_extra_forward_and_decodes_the_same(model, cache
     ver = decode(model, prompts, verifying, config)
     assert torch.equal(ver.generated, plain.generated) and ver.nfe.tolist() == plain.nfe.tolist() == [8, 8]
     assert sum(v is not None for v in seen) >= 6  # every step with a decided token of this decode verified it
-    rows = run_profile(model, batches=(1,), caches=(cache,), temperatures=(0.0,), prompt_length=8, gen_length=16,
+    rows = run_profile(model, batches=(1,), caches=(cache,), temperatures=(0.0,), prompt_length=8,
+                       gen_length=16,
                        block_length=8, steps=8, repeats=1, loops=("decode", "verify"))
     assert [r.loop for r in rows] == ["decode", "verify"] and rows[1].nfe == 8
     assert "step with WINO's verification vs without" in ratios(rows)[0]

@@ -21,8 +21,10 @@ PAPER = {"title": "Sudoku, one cell per step: Kim et al. 2025 (Table 2) beside t
          "source": "Kim et al. 2025, arXiv 2502.06768, Table 2 (6M-parameter MDM)",
          "note": "Their model is trained for the task on 1.8M puzzles; ours is a toy.",
          "columns": {"all": "addition", "hard": "addition(digits=2)"},
-         "rows": [{"label": "random order", "strategy": "llada_random", "published": {"all": 6.88, "hard": 3.62}},
-                  {"label": "top probability", "strategy": "top_prob", "published": {"all": 18.51, "hard": 9.44}},
+         "rows": [{"label": "random order", "strategy": "llada_random",
+                   "published": {"all": 6.88, "hard": 3.62}},
+                  {"label": "top probability", "strategy": "top_prob",
+                   "published": {"all": 18.51, "hard": 9.44}},
                   {"label": "top margin", "strategy": "margin", "published": {"all": 89.49, "hard": 49.88}}]}
 
 
@@ -49,7 +51,8 @@ def test_columns_name_tasks_as_the_report_rows_do():
     assert key == "addition(digits=2)"
     key, why = resolve_task("sudoku9", tasks)
     assert key is None and "unknown task 'sudoku9'" in why and "addition(digits=2)" in why
-    both = task_pairs([{"name": "addition", "params": {"digits": 2}}, {"name": "addition", "params": {"digits": 3}}])
+    both = task_pairs([{"name": "addition", "params": {"digits": 2}},
+                       {"name": "addition", "params": {"digits": 3}}])
     key, why = resolve_task("addition", both)
     assert key is None and "listed 2 times" in why
 
@@ -60,7 +63,8 @@ def test_a_valid_published_block_is_normalised():
     (block,) = exp.published
     assert block["columns"] == {"all": "addition", "hard": "addition(digits=2)"}
     assert [r["label"] for r in block["rows"]] == ["random order", "top probability", "top margin",
-                                                  "fast_dllm (threshold=0.9)"]   # label defaults to the strategy
+                                                  "fast_dllm "
+                                                  "(threshold=0.9)"]   # label defaults to the strategy
     assert block["rows"][2]["published"] == {"all": 89.49, "hard": 49.88}
     assert block["rows"][3]["published"] == {"all": 50}
 
@@ -98,7 +102,8 @@ def test_published_validation_reports_every_problem_with_its_path():
     # a strategy restricted to other tasks, and a block that is no list
     with pytest.raises(ExperimentError) as info:
         parse_experiment(doc(tasks=["addition", "sorting"], published=[
-            {**PAPER, "columns": {"all": "addition", "sorted": "sorting"}, "rows": [{"strategy": "only addition"}]}]))
+            {**PAPER, "columns": {"all": "addition", "sorted": "sorting"},
+             "rows": [{"strategy": "only addition"}]}]))
     (path, msg), = info.value.problems
     assert path == "published[0].rows[0].strategy"
     assert "'only addition' does not run on task sorting (column 'sorted'): its tasks are ['addition']" in msg
@@ -108,8 +113,10 @@ def test_published_validation_reports_every_problem_with_its_path():
 
 
 def row(task, strategy, acc, nfe, seed=0, g=8, **kw):
-    return {"cell": f"{task}-{strategy}-{seed}", "task": task, "task_name": task.split("(")[0], "strategy": strategy,
-            "kind": "baseline", "seed": seed, "n": 50, "accuracy": acc, "quality": acc, "quality_metric": "accuracy",
+    return {"cell": f"{task}-{strategy}-{seed}", "task": task, "task_name": task.split("(")[0],
+            "strategy": strategy,
+            "kind": "baseline", "seed": seed, "n": 50, "accuracy": acc, "quality": acc,
+            "quality_metric": "accuracy",
             "higher_is_better": True, "nfe": nfe, "tpf": g / nfe, "ms_per_token": 0.1, "peak_mem_mb": 1.0,
             "lookahead": None, "controller": "llada", "params": {}, "metrics": {}, "model": "tiny", **kw}
 
@@ -134,8 +141,9 @@ def test_report_renders_ours_beside_the_paper_and_a_dash_for_what_has_not_run(tm
     assert "Source: Kim et al. 2025, arXiv 2502.06768, Table 2 (6M-parameter MDM)." in section
     assert "Their model is trained for the task on 1.8M puzzles; ours is a toy." in section
     assert "| label | strategy (this run) | all: ours | all: paper | hard: ours | hard: paper |" in section
-    assert ("| random order | llada_random | 7.00 (8.0 NFE, 1.00 tok/fwd) | 6.88 | 4.00 (16.0 NFE, 1.00 tok/fwd) "
-            "| 3.62 |") in section                                       # seeds averaged: (6 + 8) / 2
+    assert ("| random order | llada_random | 7.00 (8.0 NFE, 1.00 tok/fwd) | 6.88 | 4.00 (16.0 NFE, 1.00 "
+            "tok/fwd) | 3.62 "
+            "|") in section                                       # seeds averaged: (6 + 8) / 2
     assert "| top probability | top_prob | — | 18.51 | — | 9.44 |" in section
     assert "| top margin | margin | 90.00 (8.0 NFE, 1.00 tok/fwd) | 89.49 | 50.00 (16.0 NFE, 1.00 tok/fwd) | 49.88 |" \
         in section

@@ -17,11 +17,15 @@ from experiments.report import (
 )
 
 
-def row(task, strategy, kind, acc, nfe, seed=0, lookahead=None, quality=None, metric="accuracy", hib=True, **kw):
+def row(task, strategy, kind, acc, nfe, seed=0, lookahead=None, quality=None, metric="accuracy", hib=True,
+        **kw):
     g = 8
-    return {"cell": f"{task}-{strategy}-{seed}", "task": task, "strategy": strategy, "kind": kind, "seed": seed,
-            "n": 50, "accuracy": acc, "quality": acc if quality is None else quality, "quality_metric": metric,
-            "higher_is_better": hib, "nfe": nfe, "tpf": g / nfe, "ms_per_token": 0.5 * nfe / g, "peak_mem_mb": 3.0 + seed,
+    return {"cell": f"{task}-{strategy}-{seed}", "task": task, "strategy": strategy, "kind": kind,
+            "seed": seed,
+            "n": 50, "accuracy": acc, "quality": acc if quality is None else quality,
+            "quality_metric": metric,
+            "higher_is_better": hib, "nfe": nfe, "tpf": g / nfe, "ms_per_token": 0.5 * nfe / g,
+            "peak_mem_mb": 3.0 + seed,
             "lookahead": lookahead, "controller": strategy, "params": {}, "metrics": kw.get("metrics", {}),
             "model": "tiny-" + task}
 
@@ -84,7 +88,8 @@ def test_report_markdown_json_and_plots(tmp_path):
     assert "Test CPU 9000, 2 cores" in md and "torch 2.13.0" in md
     assert "`adec run experiments/bench.yaml`" in md and "seeds: [0, 1]" in md
     section = md[md.index("## addition"):]
-    assert section.index("![addition") < section.index("| strategy | AUP | kind | lookahead | quality: accuracy")
+    assert section.index("![addition") < section.index("| strategy | AUP | kind | lookahead | quality: "
+                                                       "accuracy")
     assert "| margin_topk + lookahead | 221.7 | heuristic | yes | 0.970 |" in section  # one point: (8 / 3.5) × 97
     assert "quality: gen_perplexity" in md
     rows = json.loads(out["json"].read_text())["rows"]
@@ -108,12 +113,15 @@ def test_report_of_a_real_run(tmp_path):
     from framework.cli.main import main
 
     doc = {"name": "rep", "n": 6, "batch_size": 6, "tasks": ["addition"],
-           "model": {"factory": "experiments.cells:tiny_model", "kwargs": {"task": "{task}", "train_steps": 20}},
-           "strategies": [{"controller": "sequential"}, {"controller": "fast_dllm", "params": {"threshold": 0.5}},
+           "model": {"factory": "experiments.cells:tiny_model",
+                     "kwargs": {"task": "{task}", "train_steps": 20}},
+           "strategies": [{"controller": "sequential"},
+                          {"controller": "fast_dllm", "params": {"threshold": 0.5}},
                           {"controller": "oracle"}]}
     path = tmp_path / "rep.yaml"
     path.write_text(yaml.safe_dump(doc))
-    assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--wandb", "disabled", "--no-progress"]) == 0
+    assert main(["run", str(path), "--out", str(tmp_path / "runs"), "--wandb", "disabled",
+                 "--no-progress"]) == 0
     assert main(["report", "--runs", str(tmp_path / "runs" / "rep"), "--out", str(tmp_path / "docs")]) == 0
     png = tmp_path / "docs" / "plots" / "benchmark-addition.png"
     assert png.is_file() and png.stat().st_size > 10_000
@@ -146,7 +154,8 @@ def test_report_groups_a_sweep_into_one_curve_and_writes_its_aup(tmp_path, monke
     lines = []
     real_plot = matplotlib.axes.Axes.plot
     monkeypatch.setattr(matplotlib.axes.Axes, "plot",
-                        lambda self, x, y, **kw: lines.append((kw.get("label"), list(x))) or real_plot(self, x, y, **kw))
+                        lambda self, x, y,
+                        **kw: lines.append((kw.get("label"), list(x))) or real_plot(self, x, y, **kw))
     make_run(tmp_path / "runs", CURVE_ROWS)
     out = write_report([tmp_path / "runs"], tmp_path / "docs")
     data = json.loads(out["json"].read_text())
@@ -155,7 +164,8 @@ def test_report_groups_a_sweep_into_one_curve_and_writes_its_aup(tmp_path, monke
     #   W(95) = exp(−3·(1 − 95/96)) = 0.969233, W(92) = exp(−3·(1 − 92/96)) = 0.882497
     #   AUP = 2·95 + ½·(4 − 2)·(92·0.882497 + 95·0.969233) = 190 + 81.189715 + 92.077157 = 363.266872
     assert task["y_max"] == pytest.approx(96.0) and task["quality_metric"] == "accuracy" and task["note"] is None
-    assert task["aup"] == {"sequential": pytest.approx(96.0), "fast_dllm": pytest.approx(363.266872, abs=1e-5),
+    assert task["aup"] == {"sequential": pytest.approx(96.0),
+                           "fast_dllm": pytest.approx(363.266872, abs=1e-5),
                            "eb": pytest.approx(180.0), "oracle": pytest.approx(384.0)}
     assert task["curves"]["fast_dllm"] == ["fast_dllm (threshold=0.9)", "fast_dllm (threshold=0.7)",
                                            "fast_dllm (threshold=0.5)"]
@@ -209,7 +219,8 @@ def test_a_swept_run_resumes_point_by_point_and_reports_one_curve(tmp_path, monk
     assert set(task["aup"]) == {"sequential", "fast_dllm"} and len(task["curves"]["fast_dllm"]) == 3
     tpf = [next(r["tpf"] for r in data["rows"] if r["strategy"] == s) for s in task["curves"]["fast_dllm"]]
     assert tpf == sorted(tpf) and tpf[-1] > tpf[0]  # a lower threshold commits more per forward
-    points = {c: [(r["tpf"], 100 * r["accuracy"]) for r in data["rows"] if r["curve"] == c] for c in task["aup"]}
+    points = {c: [(r["tpf"], 100 * r["accuracy"]) for r in data["rows"] if r["curve"] == c]
+              for c in task["aup"]}
     expected, y_max = task_aup(points)
     assert task["y_max"] == pytest.approx(y_max) and task["aup"] == pytest.approx(expected)
     assert (tmp_path / "docs" / "plots" / "benchmark-addition.png").stat().st_size > 10_000

@@ -93,8 +93,10 @@ def test_threshold_decides_exactly_what_is_committed():
     prompts = [[1, 2], [3, 4, 5]]
     from framework.testing.toys import ContextToyDenoiser
 
-    all_at_once = decode(ContextToyDenoiser(), prompts, build_controller("logreg", policy=policy, threshold=0.0), cfg)
-    one_by_one = decode(ContextToyDenoiser(), prompts, build_controller("logreg", policy=policy, threshold=1.0), cfg)
+    all_at_once = decode(ContextToyDenoiser(), prompts,
+                         build_controller("logreg", policy=policy, threshold=0.0), cfg)
+    one_by_one = decode(ContextToyDenoiser(), prompts,
+                        build_controller("logreg", policy=policy, threshold=1.0), cfg)
     assert all_at_once.nfe.tolist() == [1, 1] and one_by_one.nfe.tolist() == [8, 8]
     assert int(all_at_once.forced.sum()) == int(one_by_one.forced.sum()) == 0
 
@@ -131,7 +133,8 @@ def test_train_controller_cli_trains_and_the_policy_decodes(tmp_path, monkeypatc
     ctrl = build_controller("learned", policy=str(out / "mlp.pt"))
     assert ctrl.threshold is None and load_policy(out / "mlp.pt").threshold == summary["calibration"]["mlp"]["threshold"]
     ex = task.examples("test", 8)
-    res = decode(carry_model().denoiser, [task.prompt_ids(e) for e in ex], ctrl, DecodeConfig(gen_length=task.gen_length))
+    res = decode(carry_model().denoiser, [task.prompt_ids(e) for e in ex], ctrl,
+                 DecodeConfig(gen_length=task.gen_length))
     assert res.generated.tolist() == [task.target_ids(e) for e in ex]
     assert res.nfe.tolist() == [1 + e.meta["carries"] for e in ex]  # the designed minimum
 

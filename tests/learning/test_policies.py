@@ -34,7 +34,8 @@ def coupled_pairs(n: int, seed: int) -> RolloutDataset:
     X = torch.rand(n, 2, F, generator=g)
     y = torch.stack([X[:, 1, CONF] > 0.5, X[:, 0, CONF] > 0.5], 1).float()
     sample = torch.arange(n).repeat_interleave(2)
-    return RolloutDataset(X=X.reshape(-1, F), y=y.reshape(-1), sample=sample, step=torch.zeros(2 * n, dtype=torch.long),
+    return RolloutDataset(X=X.reshape(-1, F), y=y.reshape(-1), sample=sample,
+                          step=torch.zeros(2 * n, dtype=torch.long),
                           position=torch.tensor([0, 1]).repeat(n))
 
 
@@ -76,7 +77,8 @@ def test_transformer_policy_file_round_trip_and_controller(tmp_path):
     net = WindowPolicyNet(F, d_model=8, layers=1, heads=2)
     path = save_policy(net, tmp_path / "transformer.pt", kind="transformer", threshold=0.7)
     pol = load_policy(path)
-    assert pol.kind == "transformer" and pol.threshold == 0.7 and pol.net.arch() == {"d_model": 8, "layers": 1, "heads": 2}
+    assert pol.kind == "transformer" and pol.threshold == 0.7 and pol.net.arch() == {"d_model": 8,
+                                                                                     "layers": 1, "heads": 2}
     x, v = torch.randn(2, 4, F), torch.ones(2, 4, dtype=torch.bool)
     assert torch.allclose(pol.prob(x, v), torch.sigmoid(net.double()(x.double(), v)))
     with pytest.raises(ValueError, match="does not match"):
@@ -163,7 +165,8 @@ def test_rl_pieces_by_hand():
     assert bernoulli_log_prob(z, a, v).item() == pytest.approx(want.item(), abs=1e-6)
     adv = group_advantages(torch.tensor([1.0, 0.0, 0.5, 0.5]), torch.tensor([0, 0, 1, 1]), normalise=False)
     assert adv.tolist() == [0.5, -0.5, 0.0, 0.0]
-    assert group_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0])).tolist() == pytest.approx([1, -1], abs=1e-5)
+    assert group_advantages(torch.tensor([1.0, 0.0]),
+                            torch.tensor([0, 0])).tolist() == pytest.approx([1, -1], abs=1e-5)
     c, n = torch.tensor([1.0, 0.0]), torch.tensor([8.0, 4.0])
     assert reward(c, n, 16, 0.5).tolist() == [0.75, -0.125]
     assert reward(c, n, 16, 1.0, "multiplicative").tolist() == pytest.approx([0.6065306597, 0.0])
@@ -184,13 +187,15 @@ def test_windows_group_rows_by_sample_and_step():
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--method", "dagger", "--rounds", "0"], "--rounds: rounds=0 with method=dagger; allowed: an integer ≥ 1"),
+    (["--method", "dagger", "--rounds", "0"],
+     "--rounds: rounds=0 with method=dagger; allowed: an integer ≥ 1"),
     (["--policy", "nope"], "--policy: policy=nope; allowed: mlp, logreg, transformer"),
     (["--method", "rl", "--rl-group", "1"], "--rl-group=1 ≥ 2"),
     (["--window-arch", "30,2,4"], "D a multiple of HEADS"),
     (["--dagger-threshold", "1.5"], "--dagger-threshold=1.5; allowed: 0 to 1"),
     (["--method", "rl", "--rl-verify", "1.5"], "--rl-verify=1.5; allowed: 0 to 1"),
-    (["--method", "dagger", "--rl-verify", "0.9"], "has no effect with --method dagger; it needs --method rl"),
+    (["--method", "dagger", "--rl-verify", "0.9"],
+     "has no effect with --method dagger; it needs --method rl"),
 ])
 def test_bad_values_fail_before_any_work(argv, message, monkeypatch):
     import framework.training.zoo
@@ -281,7 +286,8 @@ def test_rl_with_verification_rolls_out_inside_verified_and_decodes_so(tmp_path,
     rec = rl_mod.ActionRecorder(build_controller("verified", inner="fast_dllm"), 4)
     assert rec.verifies  # the loop sees through the recorder and computes the hidden-slot probabilities
     s = json.loads((out / "summary.json").read_text())
-    assert set(s["test"]) == {"sequential", "verified learned"}  # the test decode wraps the policy the same way
+    assert set(s["test"]) == {"sequential",
+                              "verified learned"}  # the test decode wraps the policy the same way
     assert s["calibration"]["mlp"]["sweep"]  # and so does the calibration
     assert s["verify_threshold"] == 0.9
 
@@ -310,10 +316,13 @@ def test_the_window_policy_is_tuned_by_name(tmp_path, monkeypatch):
     from framework.tuning.study import tune_controller
 
     out = tmp_path / "p"
-    _cli(["--out", str(out), "--policy", "transformer", "--window-arch", "8,1,2", "--no-calibrate", "--n-test", "0"],
+    _cli(["--out", str(out), "--policy", "transformer", "--window-arch", "8,1,2", "--no-calibrate",
+          "--n-test", "0"],
          monkeypatch)
-    res = tune_controller("learned_window", "addition", loaded=carry_model(), task_params={"digits": 2}, n_trials=3,
-                          n_val=16, n_test=16, batch_size=16, out_dir=tmp_path / "tune", study_name="w", plot=False,
+    res = tune_controller("learned_window", "addition", loaded=carry_model(), task_params={"digits": 2},
+                          n_trials=3,
+                          n_val=16, n_test=16, batch_size=16, out_dir=tmp_path / "tune", study_name="w",
+                          plot=False,
                           verbose=False, fixed={"policy": str(out / "transformer.pt")}, storage="memory")
     assert res.ran == 3 and 0.5 <= res.params["threshold"] <= 0.999
     assert res.test["accuracy"] >= res.reference_test["accuracy"] - 0.01
@@ -325,13 +334,15 @@ def test_an_untrained_residual_policy_is_the_confidence_rule(kind, tmp_path):
     fast_dllm at τ (commit where confidence > τ, else the most confident)."""
     from framework.learning.nets import build_net
 
-    net = build_net(kind, {"residual": True, **({"d_model": 8, "layers": 1, "heads": 2} if kind == "transformer" else {})})
+    net = build_net(kind, {"residual": True,
+                           **({"d_model": 8, "layers": 1, "heads": 2} if kind == "transformer" else {})})
     path = save_policy(net, tmp_path / f"{kind}.pt", kind=kind, threshold=0.9)
     assert load_policy(path).net.residual
     name = "learned_window" if kind == "transformer" else "learned"
     model, cfg = CouplingDenoiser(), DecodeConfig(gen_length=4)
     for tau in (0.5, 0.9, 0.999):
-        a = decode(model, [[5], [5]], build_controller(name, policy=str(path), threshold=tau), cfg, trace=True)
+        a = decode(model, [[5], [5]], build_controller(name, policy=str(path), threshold=tau), cfg,
+                   trace=True)
         b = decode(model, [[5], [5]], build_controller("fast_dllm", threshold=tau), cfg, trace=True)
         assert torch.equal(a.generated, b.generated) and torch.equal(a.nfe, b.nfe)
         assert all(torch.equal(x["commit"], y["commit"]) for x, y in zip(a.trace, b.trace))

@@ -1,7 +1,7 @@
-"""Issue 13's closing table from a report's ``benchmark.json``: per task, the best learned curve
+"""The learned-controller table from a report's ``benchmark.json``: per task, the best learned curve
 against the best non-learned one and the oracle, at matched accuracy, with AUPs and training times.
 
-    python -m experiments.learned_table docs/benchmark.json [runs/controllers]
+    python -m experiments.studies.learned_table docs/benchmark.json [runs/controllers]
 """
 
 from __future__ import annotations
@@ -11,18 +11,19 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments.matched import as_number
+from experiments.matched import format_figure
 
 
 def _row(label: str, p: Optional[dict]) -> str:
     if p is None:
         return f"| {label} | – | none within 1 point | – | – | – | – |"
-    return (f"| {label} | {p['curve']} | {p['strategy']} | {as_number(p['accuracy'], 3)} | {as_number(p['nfe'], 2)} | "
-            f"{as_number(p['tpf'], 2)} | {as_number(p['aup'], 1)} |")
+    return (f"| {label} | {p['curve']} | {p['strategy']} | {format_figure(p['accuracy'], 3)} | "
+            f"{format_figure(p['nfe'], 2)} | {format_figure(p['tpf'], 2)} | {format_figure(p['aup'], 1)} |")
 
 
 def table(bench: dict[str, Any]) -> str:
-    """Per task with issue 13's targets: the curves they compare (as ``matched_points`` chose them)."""
+    """Per task with learned-controller targets: the curves they compare (as ``matched_points`` chose
+    them)."""
     out = []
     for name, t in bench["tasks"].items():
         m = t.get("matched") or {}
@@ -37,8 +38,10 @@ def table(bench: dict[str, Any]) -> str:
                            key=lambda kv: kv[1])
         over, of_oracle = tg["over_non_learned"], tg["of_oracle"]
         out += [f"**{name}** (reference {m['reference']}, matched at accuracy ≥ {m['threshold']:.2f}; "
-                f"highest AUP: {top[0]} {top[1]:.1f}; best learned AUP: {best_learned[0]} {best_learned[1]:.1f})", "",
-                "| | curve | matched point | accuracy | NFE | tokens/forward | AUP |", "|---|---|---|---|---|---|---|",
+                f"highest AUP: {top[0]} {top[1]:.1f}; best learned AUP: {best_learned[0]} "
+                f"{best_learned[1]:.1f})", "",
+                "| | curve | matched point | accuracy | NFE | tokens/forward | AUP |",
+                "|---|---|---|---|---|---|---|",
                 _row("best learned", points.get(over["of"])),
                 _row("best non-learned", points.get(over["over"])),
                 _row("oracle", points.get(of_oracle["over"])), ""]
@@ -50,7 +53,8 @@ def table(bench: dict[str, Any]) -> str:
 
 
 def training_times(root: Path) -> str:
-    rows = ["| policy folder | method | kinds | rows | seconds in all | per kind (imitation / DAgger / RL s) |",
+    rows = ["| policy folder | method | kinds | rows | seconds in all "
+            "| per kind (imitation / DAgger / RL s) |",
             "|---|---|---|---|---|---|"]
     for s in sorted(root.glob("*/summary.json")):
         d = json.loads(s.read_text())
@@ -62,7 +66,8 @@ def training_times(root: Path) -> str:
             rl = (tr[k].get("rl") or {}).get("seconds", 0)
             per.append(f"{k}: {tr[k].get('imitation_seconds', '–')} / {dag:.0f} / {rl:.0f}")
         rows.append(f"| {s.parent.name} | {d.get('method', 'imitation')} | {', '.join(kinds) or '–'} | "
-                    f"{d.get('dataset', {}).get('train_rows', '–')} | {tr.get('seconds', '–')} | {'; '.join(per)} |")
+                    f"{d.get('dataset', {}).get('train_rows', '–')} | {tr.get('seconds', '–')} | "
+                    f"{'; '.join(per)} |")
     return "\n".join(rows)
 
 

@@ -1,6 +1,6 @@
 """How much of the oracle's first step can a score commit before its first error?
 
-Issue 13 asks a learned controller for 85% of the oracle's tokens per forward. The oracle commits,
+The learned-controller target asks for 85% of the oracle's tokens per forward. The oracle commits,
 at every step, the positions whose current prediction x0 already equals the token that
 one-token-per-step decoding (``sequential``) ends with; most of its commits come in the first
 forward. A controller that decides from a per-position score s (confidence, margin, −entropy, a
@@ -25,7 +25,7 @@ measures, on the first forward of ``n`` test prompts:
   profile tell, per prompt, how far down the ranking is safe (the gap between the hindsight bound
   and one cut-off for all)? Reported per q as blanks committed and prompts error-free.
 
-    python -m experiments.first_step_ceiling --task sudoku9 --n 300 \
+    python -m experiments.studies.first_step_ceiling --task sudoku9 --n 300 \
         --policy rl=runs/controllers/sudoku9-tiny-sudoku9-rl-res/mlp.pt --train 500
 """
 
@@ -107,7 +107,8 @@ def first_step(loaded: Any, task: Any, split: str, n: int, policies: dict[str, s
     hook = None
     if hidden:
         if not hasattr(den, "head"):
-            raise ValueError(f"--train's probe reads the input of the denoiser's 'head'; {type(den).__name__} has none")
+            raise ValueError(f"--train's probe reads the input of the denoiser's 'head'; "
+                             f"{type(den).__name__} has none")
         hook = den.head.register_forward_hook(lambda m, i, o: store.__setitem__("h", i[0].detach()))
     out: dict[str, list] = {"right": [], "blank": [], "hidden": []}
     try:
@@ -161,7 +162,8 @@ def _rank_design(profile: torch.Tensor) -> torch.Tensor:
     """One row per (prompt, rank r): the profile, r one-hot, and the r-th confidence."""
     n, top = profile.shape
     eye = torch.eye(top)
-    return torch.cat([torch.cat([profile, eye[r].expand(n, top), profile[:, r:r + 1]], 1) for r in range(top)])
+    return torch.cat([torch.cat([profile, eye[r].expand(n, top), profile[:, r:r + 1]], 1)
+                      for r in range(top)])
 
 
 def adaptive_count(train: dict, test: dict, levels: Sequence[float] = (0.999, 0.995, 0.99, 0.98, 0.95, 0.9),
@@ -180,7 +182,8 @@ def adaptive_count(train: dict, test: dict, levels: Sequence[float] = (0.999, 0.
     rows = []
     for q in levels:
         k = (p > q).long().cumprod(1).sum(1).clamp(min=1)
-        rows.append({"q": q, "commits": float(k.float().mean()), "error_free": float((k <= clean).float().mean())})
+        rows.append({"q": q, "commits": float(k.float().mean()),
+                     "error_free": float((k <= clean).float().mean())})
     return rows
 
 
@@ -203,7 +206,7 @@ def report(data: dict, extra: Optional[dict] = None) -> list[dict]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.first_step_ceiling", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m experiments.studies.first_step_ceiling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="sudoku9")
     p.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE",
@@ -238,10 +241,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         extra["probe (hidden + stats)"] = probe_scores(train, test)
         counts = adaptive_count(train, test)
     rows = report(test, extra)
-    print(f"{args.task} {params or ''}: {args.n} test prompts, {rows[0]['blanks']:.1f} blanks each; the oracle "
-          f"commits {rows[0]['oracle_mean']:.1f} in its first forward\n")
-    print("| score | AUC | commits before the first error, per prompt in hindsight (mean / median) | share of the "
-          "oracle's | one cut-off for all, 99% of prompts error-free: commits |")
+    print(f"{args.task} {params or ''}: {args.n} test prompts, {rows[0]['blanks']:.1f} blanks each; the "
+          f"oracle commits {rows[0]['oracle_mean']:.1f} in its first forward\n")
+    print("| score | AUC | commits before the first error, per prompt in hindsight (mean / median) | share "
+          "of the oracle's | one cut-off for all, 99% of prompts error-free: commits |")
     print("|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['score']} | {r['auc']:.3f} | {r['clean_mean']:.1f} / {r['clean_median']:.0f} | "
