@@ -37,9 +37,17 @@ def test_every_builtin_is_registered_with_its_figures():
     assert set(BUILTIN) <= set(METRICS.names())
 
 
-def test_scores_returns_every_figure_headline_first():
-    for name, params in [("exact", {}), ("gsm8k", {}), ("bleu", {}), ("regex", {"pattern": r"(\d+)"})]:
-        assert tuple(get_metric(name, **params).scores("1", ex("1"))) == BUILTIN[name]
+@pytest.mark.parametrize("name,params,output,answer,expected", [
+    ("exact", {}, "B", "B", [1.0]), ("regex", {"pattern": r"(\w+)"}, "B", "B", [1.0]),
+    ("choice", {}, "(B)", "B", [1.0]), ("gsm8k", {}, "so 72", "72", [1.0, 0.0]),
+    ("math", {}, "\\boxed{2}", "2", [1.0]), ("bleu", {}, "a b c d", "a b c d", [1.0]),
+    ("rouge", {}, "a b", "a c", [0.5]),
+])
+def test_scores_returns_every_figure_headline_first(name, params, output, answer, expected):
+    metric = get_metric(name, **params)
+    got = metric.scores(output, ex(answer))
+    assert list(got) == list(BUILTIN[name]) and list(got.values()) == pytest.approx(expected)
+    assert metric.score(output, ex(answer)) == pytest.approx(expected[0])
 
 
 def test_unknown_metric_lists_the_known_ones():

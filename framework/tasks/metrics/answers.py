@@ -61,6 +61,7 @@ class RegexMatch(Metric):
         self.ignore_case = ignore_case
 
     def check_combination(self) -> None:
+        super().check_combination()
         if not self.pattern:
             raise ParameterError("regex.pattern is required (a regular expression whose first group is the answer)")
         try:
@@ -110,6 +111,7 @@ class ChoiceMatch(Metric):
         self.letters = letters
 
     def check_combination(self) -> None:
+        super().check_combination()
         if not re.fullmatch(r"[A-Z]+", self.letters) or len(set(self.letters)) != len(self.letters):
             raise ParameterError(f"choice.letters={self.letters!r} is not allowed; allowed: distinct "
                                  f"upper-case letters A-Z, e.g. 'ABCD'")
