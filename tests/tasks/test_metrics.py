@@ -236,10 +236,10 @@ def test_rouge_defaults_to_rouge_l_f_and_takes_the_type():
 
 
 # ---------------------------------------------------------------------- code: pass@1 in a sandbox
-HUMANEVAL = dict(prompt="def add(a, b):\n    \"\"\"Sum of a and b.\"\"\"\n",
-                 test="def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n",
-                 entry_point="add")
-MBPP = dict(test_list=["assert square(3) == 9", "assert square(-2) == 4"], test_setup_code="")
+HUMANEVAL = {"prompt": "def add(a, b):\n    \"\"\"Sum of a and b.\"\"\"\n",
+                 "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n",
+                 "entry_point": "add"}
+MBPP = {"test_list": ["assert square(3) == 9", "assert square(-2) == 4"], "test_setup_code": ""}
 
 
 @pytest.fixture
@@ -260,8 +260,8 @@ def clean_tmp(tmp_path, monkeypatch):
     ("    return undefined_name\n", False),                           # crash (NameError)
     ("    return a +\n", False),                                      # syntax error
     ("    import sys; sys.exit(0)\nimport sys; sys.exit(0)\n", False),  # exits early: not a pass
-    ("    import os; open('here.txt', 'w').write('x'); open(os.environ['TMPDIR'] + '/tmp.txt', 'w').write('x')\n"
-     "    return a + b\n", True),                                      # leaves files: removed afterwards
+    (("    import os; open('here.txt', 'w').write('x'); open(os.environ['TMPDIR'] + '/tmp.txt', 'w').write('x')\n"
+     "    return a + b\n"), True),                                      # leaves files: removed afterwards
 ])
 def test_code_humaneval_layout(completion, passed, clean_tmp):
     assert get_metric("code").scores(completion, ex("", **HUMANEVAL)) == {"pass@1": float(passed)}

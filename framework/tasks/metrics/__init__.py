@@ -14,7 +14,13 @@ Third-party packages add metrics through the ``adaptive_decoding.metrics`` entry
 (docs/metrics.md).
 """
 
-from framework.tasks.metrics.base import METRICS, Metric, MissingDependencyError, get_metric, require
 from framework.tasks.metrics import answers, execution, gsm8k, mathverify, overlap  # noqa: F401  (register)
+from framework.tasks.metrics.base import (
+    METRICS,
+    Metric,
+    MissingDependencyError,
+    get_metric,
+    require,
+)
 
 __all__ = ["METRICS", "Metric", "MissingDependencyError", "get_metric", "require"]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 from framework.core.params import Param, ParameterError
 from framework.tasks.base import Example
@@ -29,7 +29,7 @@ class ExactMatch(Metric):
         return float(out == ans)
 
 
-def regex_capture(regex: re.Pattern, text: str, group_select: int) -> Optional[str]:
+def regex_capture(regex: re.Pattern, text: str, group_select: int) -> str | None:
     """lm-eval's ``regex`` filter: the ``group_select``-th match of ``regex.findall(text)``; for a
     pattern with several groups its first non-empty group; stripped. ``None`` when nothing matches
     (or ``group_select`` is past the matches)."""
@@ -79,7 +79,7 @@ class RegexMatch(Metric):
         return float(got == ans)
 
 
-def committed_letter(text: str, letters: str) -> Optional[str]:
+def committed_letter(text: str, letters: str) -> str | None:
     """The option letter ``text`` commits to, or ``None``. Markdown emphasis (``*``, `````) is
     dropped first; then, in order: the last "answer/option/choice (is|:) X" phrase ("The answer is
     (B)"), a bare letter as the whole text ("B.", "(B)", "**B**"), a leading "B." / "(B)" / "B)" /

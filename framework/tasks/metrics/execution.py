@@ -54,7 +54,7 @@ os.write(report, nonce.encode())
 
 def completion_code(output: str) -> str:
     """The first fenced Markdown code block of ``output``, else ``output`` itself."""
-    fenced = re.search(r"```[\w+-]*[ \t]*\n(.*?)(?:```|$)", output, re.S)
+    fenced = re.search(r"```[\w+-]*[ \t]*\n(.*?)(?:```|$)", output, re.DOTALL)
     return fenced.group(1) if fenced else output
 
 
@@ -73,7 +73,7 @@ def build_program(completion: str, example: Example, prepend: str) -> str:
     meta = example.meta
     if "test" in meta and "entry_point" in meta:
         entry = str(meta["entry_point"])
-        defines = re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", completion, re.M)
+        defines = re.search(rf"^\s*def\s+{re.escape(entry)}\s*\(", completion, re.MULTILINE)
         header = str(meta.get("prompt", example.prompt))
         if prepend == "always" or (prepend == "auto" and not defines):
             completion = header + completion
@@ -93,7 +93,10 @@ def network_jail() -> tuple[str, ...]:
     tool = shutil.which("unshare")
     if tool is None:
         return ()
-    probe = subprocess.run([tool, "-rn", "true"], capture_output=True, timeout=10)
+    try:
+        probe = subprocess.run([tool, "-rn", "true"], capture_output=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
     return (tool, "-rn") if probe.returncode == 0 else ()
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar, Optional
+from typing import Any, ClassVar
 
 from framework.core.params import Param
 from framework.tasks.base import Example
@@ -32,7 +32,7 @@ class MathVerify(Metric):
     def __init__(self, timeout: int = 5) -> None:
         self.timeout = timeout
 
-    def seconds(self) -> Optional[int]:
+    def seconds(self) -> int | None:
         """The timeout math-verify gets: ``None`` off the main thread, where SIGALRM cannot be set."""
         on_main = threading.current_thread() is threading.main_thread()
         return self.timeout if (self.timeout and on_main) else None
