@@ -157,7 +157,7 @@ def _norm(text: str) -> str:
 
 
 #: the modules whose decorators register the built-in tasks (imported on first lookup)
-BUILTIN_TASK_MODULES = tuple(f"framework.tasks.{m}" for m in ("arithmetic", "sorting", "sudoku", "sudoku9", "pairs", "text"))
+BUILTIN_TASK_MODULES = tuple(f"framework.tasks.{m}" for m in ("arithmetic", "sorting", "sudoku", "sudoku9", "pairs", "text", "data", "lm_eval_task"))
 
 TASKS: Registry[Task] = Registry("task", base=Task, entry_point_group="adaptive_decoding.tasks",
                                  builtin_modules=BUILTIN_TASK_MODULES)
