@@ -108,16 +108,28 @@ def _read_file(path: str, mtime: float) -> tuple[dict, ...]:
     return tuple(dict(r) for r in ds)
 
 
+def _blank(path: str, probe: int = 1 << 16) -> bool:
+    """Whether a file is empty or (a small text file) only whitespace."""
+    size = os.path.getsize(path)
+    if size == 0 or size > probe or path.lower().endswith(".parquet"):
+        return size == 0
+    with open(path, "rb") as fh:
+        return not fh.read().strip()
+
+
 def read_file(path: str, what: str = "path") -> list[dict]:
     """The rows of a JSONL / JSON / CSV / Parquet file (read once per modification time)."""
-    builder_of(path, what)
+    builder = builder_of(path, what)
     full = str(Path(path).expanduser().resolve())
-    try:
-        rows = _read_file(full, os.path.getmtime(full))
-    except DataTaskError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - a parse error of the file, reported with its name
-        raise DataTaskError(f"{what}={path!r} could not be read as {builder_of(path, what)}: {exc}") from None
+    rows: tuple = ()
+    if not _blank(full):
+        try:
+            rows = _read_file(full, os.path.getmtime(full))
+        except DataTaskError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a parse error of the file, reported with its name
+            raise DataTaskError(f"{what}={path!r} could not be read as {builder} ({type(exc).__name__}: "
+                                f"{exc})") from None
     if not rows:
         raise DataTaskError(f"{what}={path!r} has no rows; allowed: a file with at least one row")
     return list(rows)

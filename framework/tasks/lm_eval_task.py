@@ -37,6 +37,13 @@ class LoadedLmEvalTask:
 
     task: Any
     docs: dict[str, list[tuple[int, dict, str, dict]]] = field(default_factory=dict)  # (doc_id, doc, ctx, kwargs)
+    positions: dict[str, dict[int, int]] = field(default_factory=dict)
+
+    def index(self, split: str) -> dict[int, int]:
+        """``doc_id`` -> position in ``docs[split]``."""
+        if split not in self.positions:
+            self.positions[split] = {row[0]: i for i, row in enumerate(self.docs[split])}
+        return self.positions[split]
 
 
 def _import_lm_eval() -> Any:
@@ -195,11 +202,13 @@ class LmEvalTask(Task):
                 for doc_id, doc, ctx, kw in rows[:n]]
 
     def _request(self, example: Example) -> tuple[dict, str, dict]:
-        split, doc_id = example.meta["split"], example.meta["doc_id"]
-        for i, doc, ctx, kw in self.loaded().docs[split]:
-            if i == doc_id:
-                return doc, ctx, kw
-        raise LmEvalTaskError(f"{example.id}: no such document")  # pragma: no cover
+        loaded = self.loaded()
+        split, doc_id = example.meta.get("split"), example.meta.get("doc_id")
+        if split not in loaded.docs or doc_id not in loaded.index(split):
+            raise LmEvalTaskError(f"{example.id}: not a document of lm-eval task {self.task!r} (its meta names "
+                                  f"split={split!r}, doc_id={doc_id!r})")
+        _, doc, ctx, kw = loaded.docs[split][loaded.index(split)[doc_id]]
+        return doc, ctx, kw
 
     def scores(self, example: Example, output_text: str) -> dict[str, float]:
         """lm-eval's figures (``metric,filter``) for one output, the headline first."""
