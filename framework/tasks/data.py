@@ -94,11 +94,15 @@ def offline_datasets() -> Iterator[Any]:
     import huggingface_hub.constants as hub
 
     saved = datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE
+    bars = datasets.is_progress_bar_enabled()
     datasets.config.HF_HUB_OFFLINE = hub.HF_HUB_OFFLINE = True
+    datasets.disable_progress_bars()  # "Generating rows split" per small file is noise in a run's log
     try:
         yield datasets
     finally:
         datasets.config.HF_HUB_OFFLINE, hub.HF_HUB_OFFLINE = saved
+        if bars:
+            datasets.enable_progress_bars()
 
 
 @lru_cache(maxsize=32)

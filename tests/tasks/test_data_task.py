@@ -88,6 +88,20 @@ def test_one_file_is_split_by_the_project_hash(files):
     assert [e.id for e in task.examples("test", 2)] == [e.id for e in task.examples("test", 2, seed=5)]
 
 
+def test_a_dataset_in_the_local_cache_is_read_offline_with_its_own_splits(tmp_path, monkeypatch, files):
+    import datasets
+
+    train, test = rows(files["gsm8k_train"]), rows(files["gsm8k_test"])[:6]
+    _builder().fake_datasets_cache(tmp_path / "cache", "adec-test/gsm8k-like", "main", {"train": train, "test": test})
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "cache"))
+    task = get_task("data", dataset="adec-test/gsm8k-like", config="main", prompt="question")
+    assert [ex.meta["question"] for ex in task.examples("test", 6)] == [r["question"] for r in test]
+    held = task.split_rows("validation")
+    assert held and len(held) + len(task.split_rows("train")) == len(train)
+    with pytest.raises(DataTaskError, match=r"split='dev' is not a split of dataset .*allowed: (train, test|test, train)"):
+        get_task("data", dataset="adec-test/gsm8k-like", config="main", split="dev", prompt="question")
+
+
 def test_a_missing_split_names_the_parameter_to_give(files):
     task = get_task("data", test=str(files["gsm8k_test"]), prompt="question")
     with pytest.raises(DataTaskError, match="no validation split; give validation=FILE"):
@@ -285,28 +299,59 @@ def test_lm_eval_bad_input(files, params, message):
 
 
 # ----------------------------------------------------------------------------- end to end
-def test_data_task_decodes_end_to_end_with_a_tiny_llada_checkpoint(tmp_path):
-    """framework.engine.evaluate on the data task with a LLaDA-format checkpoint and a real tokenizer:
-    the designed model's words, cut at the stop word, scored against the file's answers."""
+@pytest.fixture(scope="module")
+def llada_and_data(tmp_path_factory):
+    """A LLaDA-format checkpoint (designed remote-code model, word-level tokenizer) and a JSONL file of
+    four prompts whose answers are the model's words up to the stop word ``w0`` (the last one wrong)."""
     sys.path.insert(0, str(ROOT / "tests" / "models"))
     from test_hub import VOCAB, designed_answer
     from test_model_loading import llada_checkpoint
 
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import evaluate
     from framework.models.hub_loading import load_hub_model
 
-    loaded = load_hub_model(str(llada_checkpoint(tmp_path / "llada")), trust_remote_code=True)
-    prompts = ["hello w1", "world w2", "w3 hello", "w6 world"]
+    folder = llada_checkpoint(tmp_path_factory.mktemp("e2e") / "llada")
+    loaded = load_hub_model(str(folder), trust_remote_code=True)
     data = []
-    for i, p in enumerate(prompts):
+    for i, p in enumerate(["hello w1", "world w2", "w3 hello", "w6 world"]):
         words = [VOCAB[t] for t in designed_answer(loaded.tokenizer.encode(p), 16)]
         answer = " ".join(words[: words.index("w0")])
         data.append({"question": p, "answer": answer if i != 3 else "w1 w2"})
-    (tmp_path / "test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in data))
-    task = get_task("data", test=str(tmp_path / "test.jsonl"), prompt="question", until=["w0"],
-                    gen_length=16, block_length=16)
-    res = evaluate(loaded, task, build_controller("fast_dllm"), DecodeConfig(gen_length=16, block_length=16), n=4)
+    path = folder.parent / "test.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in data))
+    return loaded, folder, path
+
+
+def test_data_task_decodes_end_to_end_with_a_tiny_llada_checkpoint(llada_and_data):
+    """framework.engine.evaluate on the data task with a LLaDA-format checkpoint and a real tokenizer:
+    the designed model's words, cut at the stop word, scored against the file's answers."""
+    from framework.engine.config import DecodeConfig
+    from framework.engine.controller_io import build_controller
+    from framework.engine.evaluate import evaluate
+
+    loaded, _, path = llada_and_data
+    task = get_task("data", test=str(path), prompt="question", until=["w0"], gen_length=16, block_length=16)
+    config = DecodeConfig.build(gen_length=task.gen_length, block_length=task.default_block_length)
+    res = evaluate(loaded, task, build_controller("fast_dllm"), config, n=4)
     assert [s.correct for s in res.samples] == [1.0, 1.0, 1.0, 0.0] and res.accuracy == 0.75
     assert all(len(s.output.split()) == 16 for s in res.samples)  # the raw output is kept whole
+
+
+def test_adec_run_takes_the_data_task_from_an_experiment_file(llada_and_data, tmp_path):
+    from framework.cli.main import main
+
+    _, folder, path = llada_and_data
+    exp = tmp_path / "mydata.yaml"
+    exp.write_text(f"""name: mydata
+model: {{name: {folder}, trust_remote_code: true}}
+device: cpu
+n: 4
+batch_size: 4
+seeds: [0]
+tasks:
+  - {{name: data, params: {{test: {path}, prompt: question, until: ["w0"], gen_length: 16, block_length: 16}}}}
+strategies:
+  - {{label: llada, controller: llada, params: {{steps_per_token: 0.5}}}}
+""")
+    assert main(["run", str(exp), "--out", str(tmp_path / "runs"), "--wandb", "disabled"]) == 0
+    rows_ = json.loads((tmp_path / "runs" / "mydata" / "summary.json").read_text())
+    assert [(r["accuracy"], r["nfe"]) for r in rows_] == [(0.75, 8.0)]
