@@ -10,7 +10,8 @@ one fails with the command that fetches it on a machine with network). A row bec
   (``"Question: {question}\\nAnswer:"``), after ``few_shot`` solved examples (each ``prompt +
   target_delimiter + answer``) joined by ``separator``;
 * ``answer``: the row's ``answer`` column, or ``answer`` as a template (``"{solution}"``);
-* ``meta``: every field of the row (a code metric finds its tests there), the row index and split.
+* ``meta``: every field of the row (a code metric finds its tests there), with ``row_index`` and
+  ``data_split`` (a column of the same name wins).
 
 Splits: with split files (``train`` / ``validation`` / ``test``) or a cached dataset's own splits,
 the test split is the whole test source; a missing validation split is carved from train by the
@@ -359,7 +360,7 @@ class DataTask(Task):
             prompt, answer = self.full_prompt(row, mine), self.render_answer(row)
             digest = hashlib.sha256(f"{prompt}\x00{answer}".encode()).hexdigest()[:8]
             out.append(Example(id=f"data-{split}-{i}-{digest}", prompt=prompt, answer=answer,
-                               meta={**row, "row": i, "split": split}))
+                               meta={"row_index": i, "data_split": split, **row}))
         return out
 
     def iter_examples(self, split: str, seed: int = 0) -> Iterator[Example]:

@@ -118,7 +118,7 @@ def test_template_column_answer_template_and_meta(files):
     row = ex.meta
     assert ex.prompt == f"Problem: {row['problem']}\nSolution:"
     assert ex.answer == f"The answer is {row['answer']}."
-    assert {"problem", "solution", "level", "type", "answer", "row", "split"} <= set(row)
+    assert {"problem", "solution", "level", "type", "answer", "row_index", "data_split"} <= set(row)
     code = get_task("data", path=str(files["code"]), prompt="prompt", answer="canonical_solution")
     ex = code.examples("test", 1)[0]
     assert ex.prompt.startswith("def ") and ex.meta["entry_point"] in ex.prompt and "check" in ex.meta["test"]
