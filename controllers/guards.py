@@ -33,10 +33,10 @@ from typing import Any, Mapping, Optional
 
 import torch
 
+from controllers.nesting import Wrapper, wrapped_params
 from framework.core.params import Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Decision, DecodeState
 from framework.engine.features import StepFeatures
-from controllers.nesting import Wrapper, wrapped_params
 
 
 def _tokenizer_ids(tokenizer: Any, pattern: str) -> list[int]:
@@ -62,7 +62,7 @@ def segment_ids(marked: torch.Tensor) -> torch.Tensor:
 
 def one_per_span(commit: torch.Tensor, spans: torch.Tensor, score: torch.Tensor) -> torch.Tensor:
     """Keep, per (row, span), only the committed position with the highest ``score``."""
-    b, l = commit.shape
+    b, l = commit.shape  # noqa: E741
     inside = commit & (spans >= 0)
     key = torch.arange(b, device=commit.device)[:, None] * (l + 1) + spans.clamp(min=0)  # [B, L]
     s = torch.where(inside, score.float(), torch.full_like(score, float("-inf"), dtype=torch.float))
@@ -154,7 +154,7 @@ class NumberGuard(Wrapper):
             # the span's leftmost still-masked position replaces the inner's commits in that span
             first = one_per_span(f.eligible, spans, -f.position.float()) & (spans >= 0)
             any_in = commit & (spans >= 0)
-            b, l = commit.shape
+            b, l = commit.shape  # noqa: E741
             key = torch.arange(b, device=commit.device)[:, None] * (l + 1) + spans.clamp(min=0)
             hit = torch.zeros(b * (l + 1), dtype=torch.bool, device=commit.device)
             hit[key[any_in]] = True

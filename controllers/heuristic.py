@@ -28,15 +28,16 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from controllers.nesting import Composite
 from framework.core.params import ControllerSpec, NumberListParam, Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.selection import select_topk
-from controllers.nesting import Composite
+
 
 def _scatter_rows(f: StepFeatures, parts: Sequence[tuple[str, torch.Tensor, Decision]]) -> Decision:
     """One batch decision from per-row-subset decisions ``(slot, rows, decision)``."""
-    b, l = f.x0.shape
+    b, l = f.x0.shape  # noqa: E741
     commit = torch.zeros_like(f.eligible)
     k = torch.ones_like(f.x0)
     tokens = depth = nbl = None

@@ -27,14 +27,14 @@ from __future__ import annotations
 import torch
 
 from framework.core.params import Param, ParameterError
+from framework.core.rng import uniform_at
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
-from framework.core.rng import uniform_at
 from framework.engine.selection import select_topk
 from framework.learning.features import feature_matrix
 from framework.learning.nets import CONTROLLER_OF
-from framework.learning.rl import centred_logits
 from framework.learning.policy import load_policy, tiny_policy_file
+from framework.learning.rl import centred_logits
 
 
 def commit_probability(p_safe: torch.Tensor, tau: float, temperature: float = 1.0) -> torch.Tensor:

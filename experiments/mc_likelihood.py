@@ -32,8 +32,8 @@ import torch
 
 from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
-from framework.engine.denoise import window_logits
-from framework.engine.loop import decode, model_device, suppress_mask_logit
+from framework.engine.denoise import suppress_mask_logit, window_logits
+from framework.engine.loop import decode, model_device
 
 
 @dataclass(frozen=True)

@@ -28,11 +28,11 @@ from experiments.spec import (
     ExperimentError,
     StrategySpec,
     TaskSpec,
-    ensure_text_task,
+    default_label,
     did_you_mean,
+    ensure_text_task,
     model_label,
     substitute,
-    default_label,
     suites,
 )
 from experiments.sweeps import expand_sweep, param_problem

@@ -15,7 +15,13 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from framework.cli.options import add_decoding_args, build_lookahead, load_cli_model, model_options, resolve_decoding
+from framework.cli.options import (
+    add_decoding_args,
+    build_lookahead,
+    load_cli_model,
+    model_options,
+    resolve_decoding,
+)
 from framework.core.params import parse_assignments
 from framework.engine.controller_io import build_controller
 from framework.jobs.errors import JobInputError, OutputFileError

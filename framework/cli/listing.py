@@ -1,4 +1,4 @@
-"""``adec list``: what is registered (controllers, scorers, tasks, models, metrics)."""
+"""``adec list``: what is registered (controllers, scorers, tasks, models, metrics, answer metrics)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ KINDS = {
     "tasks": ("framework.tasks.base", "TASKS"),
     "models": ("framework.training.zoo", "MODELS"),
     "metrics": ("experiments.metrics", "METRICS"),
+    "answer-metrics": ("framework.tasks.metrics", "METRICS"),
     "options": ("framework.cli.listing", "OPTIONS"),
 }
 

@@ -7,7 +7,6 @@ from typing import Any, Optional
 
 from framework.core.params import Configurable, Param, ParameterError
 
-
 #: the loop's KV-cache modes (``DecodeConfig.cache``)
 CACHE_MODES = ("none", "prefix", "dual")
 #: how a verifying controller's ``features.verify_prob`` is computed (``DecodeConfig.verification``)

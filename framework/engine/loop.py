@@ -42,8 +42,18 @@ from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller, DecodeState
 from framework.engine.denoise import CacheSession, supports_shadow
-from framework.engine.step import (Canvas, Counters, Run, commit, decide, features, forward, gather_window,
-                                   record, refine)
+from framework.engine.step import (
+    Canvas,
+    Counters,
+    Run,
+    commit,
+    decide,
+    features,
+    forward,
+    gather_window,
+    record,
+    refine,
+)
 
 
 @dataclass

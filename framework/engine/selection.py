@@ -15,7 +15,7 @@ def rank_within(scores: torch.Tensor, eligible: torch.Tensor) -> torch.Tensor:
     Ties go to the lower position index (stable sort), so decisions are deterministic.
     Ineligible positions get rank ``L`` (never selected).
     """
-    b, l = scores.shape
+    b, l = scores.shape  # noqa: E741
     masked_scores = torch.where(eligible, scores.float(), torch.full_like(scores, NEG_INF, dtype=torch.float))
     order = torch.argsort(masked_scores, dim=1, descending=True, stable=True)
     ranks = torch.empty_like(order)

@@ -40,6 +40,7 @@ import os
 import sys
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
@@ -57,27 +58,27 @@ from framework.jobs.errors import (
     JobInputError,
     OutputFileError,
     ScorerFailure,
-    free_memory,
     failure_reason,
+    free_memory,
     is_oom,
 )
 from framework.jobs.guards import DeadlineModel, GuardedController, GuardedLookahead
 from framework.jobs.output import SETTINGS_ID, ResultFile, rewrite_results, scan_results
 from framework.jobs.plan import (
+    WorkItem,
     as_factory,
     base_row,
+    check_job_options,
+    controller_name,
     describe_lookahead,
     dry_reset,
     error_row,
-    short_hash,
     jsonable,
-    controller_name,
     plan_work,
     precheck,
     push_chunks,
+    short_hash,
     take_batch,
-    WorkItem,
-    check_job_options,
 )
 from framework.jobs.summary import JobSummary
 from framework.tasks.prompts import LineProblem, PromptItem
@@ -110,7 +111,8 @@ def run_generation_job(
     """Decode ``items`` into ``output_path`` (JSONL, one row per item), resumably.
 
     Args:
-        loaded_model: a :class:`framework.models.protocol.LoadedModel` (``denoiser``, ``tokenizer``, ``name``).
+        loaded_model: a :class:`framework.models.protocol.LoadedModel` (``denoiser``, ``tokenizer``,
+            ``name``).
         items: the prompts (:func:`framework.tasks.prompts.read_prompts`); ``params`` override decoding
             options and controller parameters per item (items with equal settings share batches).
         controller_factory: a built controller, or ``factory(**overrides) -> Controller``.
@@ -134,8 +136,8 @@ def run_generation_job(
         log: where messages go (default: stderr, above the progress bar).
 
     Raises (all before any work): :class:`ParameterError` for a bad option or parameter value,
-    :class:`JobInputError` for invalid per-item params with ``on_error="refuse"``,
-    :class:`OutputFileError` for an output that cannot be resumed safely.
+    :class:`JobInputError` for invalid per-item params with ``on_error="refuse"``, :class:`OutputFileError`
+    for an output that cannot be resumed safely.
     """
     from tqdm.auto import tqdm
 
@@ -144,14 +146,62 @@ def run_generation_job(
     path = os.fspath(output_path)
     check_job_options(batch_size, item_timeout_s, job_timeout_s, max_retries, on_error, grow_after)
     summary = JobSummary(output=path, skipped=list(skipped), batch_size_start=batch_size)
+    job, works = _prepared_job(loaded_model, items, controller_factory, config, seed, lookahead,
+                               lookahead_spec, fallback_controller, item_timeout_s, job_timeout_s, t_job,
+                               max_retries, on_error, summary)
+    out, todo = _open_output(path, job.settings_hash, works, overwrite, retry_errors, fsync, summary, say)
+    sizer = BatchSizer(batch_size, grow_after=grow_after)
+    sink = _RowSink(out, path, summary, sizer, tqdm(total=len(todo), unit="item", disable=not progress,
+                                                    file=sys.stderr, dynamic_ncols=True, desc="generate"))
+    try:
+        queue = _prechecked_queue(todo, job, sink)
+        _run_batches(queue, job, sizer, summary, sink, say)
+    except KeyboardInterrupt:
+        summary.status = "interrupted"
+    finally:
+        sink.close()
+        _close_summary(summary, sink, todo, sizer)
+    return summary
 
-    # ---- validation: nothing below touches the model or the output file until it all passes
-    denoiser, tokenizer = loaded_model.denoiser, loaded_model.tokenizer
+
+def _prepared_job(loaded_model: Any, items: Sequence[PromptItem],
+                  controller_factory: Controller | Callable[..., Controller], config: DecodeConfig,
+                  seed: Optional[int], lookahead: Any, lookahead_spec: Optional[str],
+                  fallback_controller: str | Controller | None, item_timeout_s: Optional[float],
+                  job_timeout_s: Optional[float], t_job: float, max_retries: int, on_error: str,
+                  summary: JobSummary) -> tuple[_Job, list[WorkItem]]:
+    """Validate the options, controllers and lookahead, hash the settings and plan the items: the job
+    and its work items. Nothing here touches the model's weights or the output file; invalid items
+    stop the job (``on_error="refuse"``) or go to ``summary.skipped``."""
+    config = _job_config(config, seed)
+    factory = as_factory(controller_factory)
+    base_ctrl, fallback = _checked_controllers(factory, fallback_controller, lookahead, config,
+                                               loaded_model.denoiser)
+    settings_hash = short_hash(_settings(loaded_model, base_ctrl, config, lookahead, lookahead_spec, fallback))
+    mask_id = int(loaded_model.denoiser.mask_token_id)
+    works, problems = plan_work(items, factory, base_ctrl, config, mask_id, settings_hash)
+    if problems and on_error == "refuse":
+        raise JobInputError(problems)
+    summary.skipped += problems
+    deadline = t_job + job_timeout_s if job_timeout_s is not None else None
+    job = _Job(loaded_model, lookahead, fallback, settings_hash, item_timeout_s, job_timeout_s, t_job,
+               deadline, max_retries)
+    return job, works
+
+
+def _job_config(config: DecodeConfig, seed: Optional[int]) -> DecodeConfig:
+    """The job's decoding options: ``config`` rebuilt (and so re-checked), with ``seed`` if given."""
     base_cfg = config.get_params()
     if seed is not None:
         base_cfg["seed"] = seed
-    config = DecodeConfig.build(**base_cfg)
-    factory = as_factory(controller_factory)
+    return DecodeConfig.build(**base_cfg)
+
+
+def _checked_controllers(factory: Callable[..., Controller], fallback_controller: str | Controller | None,
+                         lookahead: Any, config: DecodeConfig,
+                         denoiser: Any) -> tuple[Controller, Optional[Controller]]:
+    """Build and validate the job's controller and its fallback (each reset once on a dry run) and
+    validate the lookahead: every bad option fails here, before any work."""
     base_ctrl = factory()
     base_ctrl.validate()
     dry_reset(base_ctrl, config, int(denoiser.mask_token_id))
@@ -163,43 +213,59 @@ def run_generation_job(
                     else fallback_controller)
         fallback.validate()
         dry_reset(fallback, config, int(denoiser.mask_token_id))
+    return base_ctrl, fallback
+
+
+def _settings(loaded_model: Any, base_ctrl: Controller, config: DecodeConfig, lookahead: Any,
+              lookahead_spec: Optional[str], fallback: Optional[Controller]) -> dict[str, Any]:
+    """What a results file's rows were written with (its hash is each row's ``settings``)."""
     settings = {
         "schema": SETTINGS_ID, "model": loaded_model.name, "controller": jsonable(base_ctrl.to_dict()),
-        "config": jsonable(_hashed_config(config)), "lookahead": describe_lookahead(lookahead, lookahead_spec),
+        "config": jsonable(_hashed_config(config)),
+        "lookahead": describe_lookahead(lookahead, lookahead_spec),
         "fallback": jsonable(fallback.to_dict()) if fallback is not None else None,
     }
     info = getattr(loaded_model, "info", None) or {}
     loading = {k: info[k] for k in ("dtype", "chat_template") if k in info}  # hub checkpoints: --dtype, chat
     if loading:  # (absent for the tiny models, so their results files keep their settings hash)
         settings["loading"] = loading
-    settings_hash = short_hash(settings)
-    works, problems = plan_work(items, factory, base_ctrl, config, int(denoiser.mask_token_id), settings_hash)
-    if problems and on_error == "refuse":
-        raise JobInputError(problems)
-    summary.skipped += problems
+    return settings
 
-    out, existing = _open_output(path, settings_hash, overwrite, retry_errors, fsync, summary, say)
-    done_ids = {r["id"] for r in existing}
-    summary.total = len(works)
-    todo = [w for w in works if w.id not in done_ids]
-    summary.already_done = len(works) - len(todo)
 
-    sizer = BatchSizer(batch_size, grow_after=grow_after)
-    job_deadline = t_job + job_timeout_s if job_timeout_s is not None else None
-    bar = tqdm(total=len(todo), unit="item", disable=not progress, file=sys.stderr, dynamic_ncols=True,
-               desc="generate")
-    written: set[str] = set()
-    retried: set[str] = set()
-    t_run = time.perf_counter()
+@dataclass
+class _Job:
+    """What every batch of one job decodes with, and its limits."""
 
-    def emit(rows: list[dict]) -> None:
+    loaded_model: Any
+    lookahead: Any
+    fallback: Optional[Controller]
+    settings_hash: str
+    item_timeout_s: Optional[float]
+    job_timeout_s: Optional[float]
+    t_job: float
+    deadline: Optional[float]  # monotonic time the job stops at (None: no job timeout)
+    max_retries: int
+
+
+class _RowSink:
+    """Writes rows to the results file and counts them in the summary and the progress bar."""
+
+    def __init__(self, out: ResultFile, path: str, summary: JobSummary, sizer: BatchSizer, bar: Any) -> None:
+        self.out, self.path, self.summary, self.sizer, self.bar = out, path, summary, sizer, bar
+        self.written: set[str] = set()
+        self.retried: set[str] = set()
+        self.t_run = time.perf_counter()
+
+    def emit(self, rows: list[dict]) -> None:
+        summary = self.summary
         try:
-            out.write(rows)
+            self.out.write(rows)
         except OSError as exc:
-            raise OutputFileError(f"cannot write {path} ({exc}); the rows written so far are kept: fix the "
-                                  f"cause (disk space?) and run the same command again to resume") from None
+            raise OutputFileError(f"cannot write {self.path} ({exc}); the rows written so far are kept: "
+                                  f"fix the cause (disk space?) and run the same command again to "
+                                  f"resume") from None
         for row in rows:
-            written.add(row["id"])
+            self.written.add(row["id"])
             if row["status"] == "ok":
                 summary.done += 1
                 summary.tokens += len(row["generated_ids"])
@@ -208,83 +274,111 @@ def run_generation_job(
                 summary.step_fallbacks += row["lookahead_fallbacks"]
             else:
                 summary.failed += 1
-        bar.update(len(rows))
-        elapsed = time.perf_counter() - t_run
-        bar.set_postfix(tok_s=f"{summary.tokens / max(elapsed, 1e-9):.0f}", bs=sizer.size, failed=summary.failed,
-                        refresh=False)
+        self.bar.update(len(rows))
+        elapsed = time.perf_counter() - self.t_run
+        self.bar.set_postfix(tok_s=f"{summary.tokens / max(elapsed, 1e-9):.0f}", bs=self.sizer.size,
+                             failed=summary.failed, refresh=False)
 
-    try:
-        queue: deque[WorkItem] = deque()
-        pre_rows = []
-        for w in todo:
-            row = precheck(w, tokenizer, loaded_model, settings_hash)
-            if row is not None:
-                pre_rows.append(row)
-            else:
-                queue.append(w)
-        if pre_rows:
-            emit(pre_rows)
-        # longest prompts first inside each settings group: an OOM shows up early, padding is small
-        order: dict[int, int] = {}
-        for w in queue:
-            order.setdefault(id(w.group), len(order))
-        queue = deque(sorted(queue, key=lambda w: (order[id(w.group)], -len(w.ids))))
-        explicit: deque[list[WorkItem]] = deque()
-        while queue or explicit:
-            if job_deadline is not None and time.monotonic() >= job_deadline:
+    def close(self) -> None:
+        """Close the progress bar, then the results file."""
+        self.bar.close()
+        self.out.close()
+
+
+def _prechecked_queue(todo: list[WorkItem], job: _Job, sink: _RowSink) -> deque[WorkItem]:
+    """Write the error rows of items that fail the input checks; queue the rest, longest prompts
+    first inside each settings group (an OOM shows up early, padding is small)."""
+    queue: deque[WorkItem] = deque()
+    pre_rows = []
+    for w in todo:
+        row = precheck(w, job.loaded_model.tokenizer, job.loaded_model, job.settings_hash)
+        if row is not None:
+            pre_rows.append(row)
+        else:
+            queue.append(w)
+    if pre_rows:
+        sink.emit(pre_rows)
+    order: dict[int, int] = {}
+    for w in queue:
+        order.setdefault(id(w.group), len(order))
+    return deque(sorted(queue, key=lambda w: (order[id(w.group)], -len(w.ids))))
+
+
+def _run_batches(queue: deque[WorkItem], job: _Job, sizer: BatchSizer, summary: JobSummary, sink: _RowSink,
+                 say: Callable[[str], None]) -> None:
+    """Decode the queue batch by batch until it is empty or the job deadline passes: an OOM halves
+    the batch, any other failure goes to :func:`_on_failure` (bisect, retry, fall back, error row)."""
+    explicit: deque[list[WorkItem]] = deque()
+    while queue or explicit:
+        if job.deadline is not None and time.monotonic() >= job.deadline:
+            summary.status = "job_timeout"
+            break
+        batch = explicit.popleft() if explicit else take_batch(queue, sizer.size)
+        if len(batch) > sizer.size:  # made before the last OOM: split to the current size first
+            push_chunks(explicit, batch, sizer.size)
+            continue
+        try:
+            rows = _decode_batch(batch, job.loaded_model, job.lookahead, job.fallback, job.settings_hash,
+                                 job.item_timeout_s, job.deadline, job.job_timeout_s, job.t_job)
+        except DeadlineExceeded as exc:
+            if exc.kind == "job":
                 summary.status = "job_timeout"
                 break
-            batch = explicit.popleft() if explicit else take_batch(queue, sizer.size)
-            if len(batch) > sizer.size:  # made before the last OOM: split to the current size first
-                push_chunks(explicit, batch, sizer.size)
-                continue
-            try:
-                rows = _decode_batch(batch, loaded_model, lookahead, fallback, settings_hash, item_timeout_s,
-                                     job_deadline, job_timeout_s, t_job)
-            except DeadlineExceeded as exc:
-                if exc.kind == "job":
-                    summary.status = "job_timeout"
-                    break
-                _on_failure(batch, "timeout", str(exc), explicit, sizer, summary, retried, max_retries, fallback,
-                            emit, settings_hash, loaded_model)
-                continue
-            except KeyboardInterrupt:
-                raise
-            except Exception as exc:  # noqa: BLE001 - classified, never lost
-                if is_oom(exc):
-                    free_memory()
-                    if len(batch) > 1:
-                        sizer.on_oom(len(batch))
-                        say(f"out of memory at batch size {len(batch)}; retrying these items at {sizer.size}")
-                        push_chunks(explicit, batch, sizer.size)
-                        continue
-                    kind, reason = "oom", f"out of memory at batch size 1 ({failure_reason(exc)})"
-                elif isinstance(exc, ControllerFailure):
-                    kind, reason = "controller", str(exc)
-                elif isinstance(exc, ScorerFailure):
-                    kind, reason = "scorer", str(exc)
-                else:
-                    kind, reason = "model", failure_reason(exc)
-                _on_failure(batch, kind, reason, explicit, sizer, summary, retried, max_retries, fallback,
-                            emit, settings_hash, loaded_model)
-                continue
-            emit(rows)
+            kind, reason = "timeout", str(exc)
+        except KeyboardInterrupt:
+            raise
+        except Exception as exc:  # noqa: BLE001 - classified, never lost
+            if is_oom(exc):
+                free_memory()
+                if len(batch) > 1:
+                    sizer.on_oom(len(batch))
+                    say(f"out of memory at batch size {len(batch)}; retrying these items at {sizer.size}")
+                    push_chunks(explicit, batch, sizer.size)
+                    continue
+            kind, reason = _failure_kind(exc)
+        else:
+            sink.emit(rows)
             sizer.on_success(len(batch))
-    except KeyboardInterrupt:
-        summary.status = "interrupted"
-    finally:
-        bar.close()
-        out.close()
-        summary.elapsed_s = time.perf_counter() - t_run
-        summary.retried = len(retried)
-        summary.pending = len([w for w in todo if w.id not in written])
-        summary.oom_events = sizer.oom_events
-        summary.batch_size_final = sizer.size
-        summary.batch_size_min = sizer.smallest
-    return summary
+            continue
+        _on_failure(batch, kind, reason, explicit, sizer, summary, sink.retried, job.max_retries,
+                    job.fallback, sink.emit, job.settings_hash, job.loaded_model)
 
 
-def _open_output(path: str, settings_hash: str, overwrite: bool, retry_errors: bool, fsync: bool,
+def _failure_kind(exc: Exception) -> tuple[str, str]:
+    """``(kind, reason)`` of a failed batch: ``oom`` (at batch size 1), ``controller``, ``scorer``
+    or ``model``."""
+    if is_oom(exc):
+        return "oom", f"out of memory at batch size 1 ({failure_reason(exc)})"
+    if isinstance(exc, ControllerFailure):
+        return "controller", str(exc)
+    if isinstance(exc, ScorerFailure):
+        return "scorer", str(exc)
+    return "model", failure_reason(exc)
+
+
+def _close_summary(summary: JobSummary, sink: _RowSink, todo: list[WorkItem], sizer: BatchSizer) -> None:
+    """The summary's closing figures: run time, retries, pending items, batch sizes."""
+    summary.elapsed_s = time.perf_counter() - sink.t_run
+    summary.retried = len(sink.retried)
+    summary.pending = len([w for w in todo if w.id not in sink.written])
+    summary.oom_events = sizer.oom_events
+    summary.batch_size_final = sizer.size
+    summary.batch_size_min = sizer.smallest
+
+
+def _open_output(path: str, settings_hash: str, works: list[WorkItem], overwrite: bool, retry_errors: bool,
+                 fsync: bool, summary: JobSummary,
+                 say: Callable[[str], None]) -> tuple[ResultFile, list[WorkItem]]:
+    """Open the output and count what is already done: the open file and the work items still to decode."""
+    out, existing = _read_output(path, settings_hash, overwrite, retry_errors, fsync, summary, say)
+    done_ids = {r["id"] for r in existing}
+    summary.total = len(works)
+    todo = [w for w in works if w.id not in done_ids]
+    summary.already_done = len(works) - len(todo)
+    return out, todo
+
+
+def _read_output(path: str, settings_hash: str, overwrite: bool, retry_errors: bool, fsync: bool,
                  summary: JobSummary, say: Callable[[str], None]) -> tuple[ResultFile, list[dict]]:
     """Lock the output first (no other job appends while this one reads and repairs it), read its
     rows, refuse rows written with other settings, cut a torn last line, drop error rows if asked."""
@@ -298,8 +392,9 @@ def _open_output(path: str, settings_hash: str, overwrite: bool, retry_errors: b
         other = [r for r in existing if r["settings"] != settings_hash]
         if other:
             raise OutputFileError(
-                f"{path} holds {len(other)} rows written with other settings (settings {other[0]['settings']} "
-                f"!= {settings_hash}: model, controller, decoding options, scorer or fallback differ); use "
+                f"{path} holds {len(other)} rows written with other settings "
+                f"(settings {other[0]['settings']} != {settings_hash}: model, controller, decoding options, "
+                f"scorer or fallback differ); use "
                 f"another --output, or --overwrite to start it again")
         if note:
             scan_results(path, repair=True)
@@ -343,7 +438,8 @@ def _decode_batch(batch: list[WorkItem], loaded_model: Any, lookahead: Any, fall
         row.update(text=tok.decode(gen, stop_at_eos=True), prompt_ids=list(w.ids), generated_ids=gen,
                    nfe=int(res.nfe[b]), steps=int(res.steps[b]), lookahead_nfe=int(res.lookahead_nfe[b]),
                    lookahead_fallbacks=int(step_fallbacks[b]),
-                   remasks=int(res.remasks[b]) if res.remasks is not None else 0, batch_size=len(batch), latency_s=round(latency, 6))
+                   remasks=int(res.remasks[b]) if res.remasks is not None else 0, batch_size=len(batch),
+                   latency_s=round(latency, 6))
         rows.append(row)
     return rows
 

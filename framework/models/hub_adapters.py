@@ -360,7 +360,7 @@ class DiffusionGemmaDenoiser(HubDenoiser):
         return cls(model, canvas_length=model.config.canvas_length, **cls.special_ids(model.config, tokenizer))
 
     def compute_logits(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        b, l = input_ids.shape
+        b, l = input_ids.shape  # noqa: E741
         c, dev = self.canvas_length, input_ids.device
         valid = torch.ones_like(input_ids, dtype=torch.bool) if attention_mask is None else attention_mask.bool()
         ctx_len = valid.sum(1) - c  # [B]; the canvas is the last c real tokens of each row

@@ -31,7 +31,7 @@ from framework.models.hub_adapters import (
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = "auto, cpu, cuda, cuda:N, mps"
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-from framework.models.protocol import LoadedModel
+from framework.models.protocol import LoadedModel  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------- tokenizer

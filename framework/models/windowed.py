@@ -111,7 +111,7 @@ class WindowedDenoiser:
         """
         if self.logits_shift:
             raise NotImplementedError(f"{type(self).__name__} shifts its logits; the shadow block needs an unshifted model")
-        b, l = x.shape
+        b, l = x.shape  # noqa: E741
         w = out_cols.shape[1]
         dev = x.device
         real = (torch.ones(b, l, dtype=torch.bool, device=dev) if attention_mask is None

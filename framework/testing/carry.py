@@ -57,7 +57,7 @@ class CarryAdder(nn.Module):
             raise RuntimeError(f"designed failure: CarryAdder called in process {os.getpid()}, built in {self.home_pid}")
         if self.delay:
             time.sleep(self.delay)  # a slower model, so that parallel workers overlap
-        b, l = input_ids.shape
+        b, l = input_ids.shape  # noqa: E741
         out = torch.full((b, l, self.vocab_size), -30.0)
         out.scatter_(2, input_ids.unsqueeze(-1), 0.0)  # decided positions predict themselves
         for r in range(b):

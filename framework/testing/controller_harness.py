@@ -122,7 +122,7 @@ class _Spy:
         return d
 
     def _fields(self, f: StepFeatures, d: Decision) -> None:
-        b, l = f.eligible.shape
+        b, l = f.eligible.shape  # noqa: E741
         if not isinstance(d, Decision):
             self._note("fields", f"decide returned {type(d).__name__}, not a Decision")
             return

@@ -64,15 +64,15 @@ from framework.tuning.objective import (
     REFERENCE,
     SETUP_KEYS,
     TuneSettings,
-    count_done,
     accuracy_cost_figures,
+    count_done,
     mean,
     plain_params,
     run_worker,
     score_examples,
 )
 from framework.tuning.space import default_point, tuned_space, with_point
-from framework.tuning.storage import redact_url, open_storage, storage_forms
+from framework.tuning.storage import open_storage, redact_url, storage_forms
 
 DEFAULT_OUT = Path("runs") / "tune"
 

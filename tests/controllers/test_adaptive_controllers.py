@@ -30,7 +30,7 @@ def feats(conf, eligible=None, x0=None, masked=None, block_step=0, block=None, s
     conf = torch.as_tensor(conf, dtype=torch.float64)
     if conf.dim() == 1:
         conf = conf[None]
-    b, l = conf.shape
+    b, l = conf.shape  # noqa: E741
     x0 = torch.zeros(b, l, dtype=torch.long) if x0 is None else torch.as_tensor(x0).reshape(b, l)
     eligible = torch.ones(b, l, dtype=torch.bool) if eligible is None else torch.as_tensor(eligible).reshape(b, l)
     masked = eligible if masked is None else torch.as_tensor(masked).reshape(b, l)
@@ -340,7 +340,7 @@ class SettlingDenoiser(nn.Module):
         self.calls = 0
 
     def forward(self, input_ids, attention_mask=None):
-        b, l = input_ids.shape
+        b, l = input_ids.shape  # noqa: E741
         g = self.answer.numel()
         churn = 4 + (torch.arange(g) + self.calls) % 4  # tokens 4..7, never an answer (1..3)
         settled = self.calls >= self.settle

@@ -62,7 +62,7 @@ def reference_mask(conf: torch.Tensor, eligible: torch.Tensor, factor: float) ->
 
 def features(conf: torch.Tensor, eligible: torch.Tensor):
     """StepFeatures whose ``confidence`` is exactly ``conf`` (float32) over ``eligible``."""
-    b, l = conf.shape
+    b, l = conf.shape  # noqa: E741
     full = lambda v: torch.full((b,), v, dtype=torch.long)  # noqa: E731
     f = compute_features(torch.zeros(b, l, V), eligible=eligible, masked=eligible,
                          rel=torch.arange(l)[None].expand(b, l), gen_length=l, block_start=full(0),

@@ -25,7 +25,7 @@ from framework.testing.toys import ToyDenoiser
 def feats(eligible, margin=None, entropy=None, top1=None, step=0, block_step=None, progress=None) -> StepFeatures:
     """Hand-built features: rows of per-position values; anything not given is neutral."""
     eligible = torch.tensor(eligible, dtype=torch.bool)
-    b, l = eligible.shape
+    b, l = eligible.shape  # noqa: E741
     zeros = torch.zeros(b, l)
     margin = torch.tensor(margin, dtype=torch.float32) if margin is not None else zeros + 0.5
     entropy = torch.tensor(entropy, dtype=torch.float32) if entropy is not None else zeros + 0.5

@@ -8,6 +8,7 @@ import itertools
 
 import pytest
 import torch
+from test_lookahead import ORCHARD, PreferCandidate, lookahead  # the lookahead tests' toy, test scorer and
 
 from framework.core.params import ParameterError
 from framework.engine.config import DecodeConfig
@@ -18,7 +19,7 @@ from framework.engine.loop import decode
 from framework.engine.scorer import Scorer
 from framework.engine.selection import select_topk
 from framework.testing.toys import JointDenoiser
-from test_lookahead import ORCHARD, PreferCandidate, lookahead  # the lookahead tests' toy, test scorer and
+
 # lookahead with the earlier defaults (EARLIER_DEFAULTS), so these tests decode what they did
 
 # Three positions. Position 0 and 1 are coupled: (a, y) .3, (b, x) .25, (d, x) .25, (c, x) .2, so the

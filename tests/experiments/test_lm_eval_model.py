@@ -21,17 +21,17 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # read when datasets is impor
 
 lm_eval = pytest.importorskip("lm_eval")
 
-from experiments.lm_eval_model import AdecLM, cut_at_stops
-from experiments.mc_likelihood import MCRequest, mc_loglikelihoods
-from framework.core.params import ParameterError
-from framework.core.registry import UnknownNameError
-from framework.core.rng import stable_seed
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.evaluate import item_seeds
-from framework.engine.loop import decode
-from framework.models.protocol import LoadedModel
-from framework.testing.toys import CharTokenizer
+from experiments.lm_eval_model import AdecLM, cut_at_stops  # noqa: E402
+from experiments.mc_likelihood import MCRequest, mc_loglikelihoods  # noqa: E402
+from framework.core.params import ParameterError  # noqa: E402
+from framework.core.registry import UnknownNameError  # noqa: E402
+from framework.core.rng import stable_seed  # noqa: E402
+from framework.engine.config import DecodeConfig  # noqa: E402
+from framework.engine.controller_io import build_controller  # noqa: E402
+from framework.engine.evaluate import item_seeds  # noqa: E402
+from framework.engine.loop import decode  # noqa: E402
+from framework.models.protocol import LoadedModel  # noqa: E402
+from framework.testing.toys import CharTokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "tests" / "fixtures" / "lm_eval"

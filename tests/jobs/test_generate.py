@@ -81,7 +81,7 @@ class PromptEcho(nn.Module):
 
     def forward(self, x: torch.Tensor, attention_mask=None) -> torch.Tensor:
         self.calls += 1
-        b, l = x.shape
+        b, l = x.shape  # noqa: E741
         if l > self.max_len:
             raise ValueError(f"sequence of {l} positions is longer than max_len={self.max_len}")
         is_prompt = x < 10

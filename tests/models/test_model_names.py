@@ -123,7 +123,6 @@ def test_loading_a_checkpoint_never_imports_training(tmp_path):
 
 def test_importing_training_registers_the_builders():
     import framework.training  # noqa: F401
-
     from framework.training.text_model import train_missing_text_model
     from framework.training.zoo import load_model, train_missing_builtin
 

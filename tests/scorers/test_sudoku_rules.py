@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from framework.engine.scorer import Candidates, ScoringContext, build_scorer
-from framework.testing.toys import CharTokenizer
 from framework.tasks.sudoku9_solver import grid_units, units
+from framework.testing.toys import CharTokenizer
 from scorers.sudoku_rules import count_violations, parse_givens
 
 TOK = CharTokenizer()

@@ -180,7 +180,7 @@ def test_output_is_cut_at_the_first_stop_string_before_scoring(files):
     (dict(path="{math}", template="Q: {problm}"), r"template='Q: \{problm\}' names 'problm', not a column.*columns:"),
     (dict(path="{math}", prompt="problem", answer="{soln}"), r"answer='\{soln\}' names 'soln'"),
     (dict(path="{math}"), r"exactly one of prompt=COLUMN or template"),
-    (dict(path="{math}", prompt="problem", metric="bleu9"), r"unknown metric 'bleu9'.*Known metrics: .*exact"),
+    (dict(path="{math}", prompt="problem", metric="bleu9"), r"unknown answer metric 'bleu9'.*Known answer metrics: .*exact"),
     (dict(path="{math}", prompt="problem", few_shot=40), r"few_shot=40 needs at least 41 rows"),
     (dict(path="{math}", prompt="problem", until=[""]), r"until=\[''\] is not allowed"),
     (dict(dataset="adec-no-such/dataset", config="main", prompt="question"),

@@ -95,9 +95,9 @@ def test_a_third_party_metric_comes_in_through_the_entry_point_group(monkeypatch
     plugin = types.ModuleType("their_metrics")
     plugin.Contains = Contains
     monkeypatch.setitem(sys.modules, "their_metrics", plugin)
-    ep = metadata.EntryPoint(name="contains", value="their_metrics:Contains", group="adaptive_decoding.metrics")
+    ep = metadata.EntryPoint(name="contains", value="their_metrics:Contains", group="adaptive_decoding.answer_metrics")
     monkeypatch.setattr(metadata, "entry_points",
-                        lambda group=None, **kw: [ep] if group == "adaptive_decoding.metrics" else [])
+                        lambda group=None, **kw: [ep] if group == "adaptive_decoding.answer_metrics" else [])
     registry = Registry("metric", base=Metric, entry_point_group=METRICS.entry_point_group,
                         builtin_modules=METRICS.builtin_modules)
     assert "contains" in registry.names()

@@ -8,11 +8,11 @@ positions, and an in-place :class:`KVCache` for Fast-dLLM-style prefix and dual 
 """
 
 from .checkpoint import detect_architecture, read_config
-from .errors import CheckpointFormatError, MissingCheckpointError, UnsupportedArchitectureError
-from .loading import load_architecture
 from .dream import DreamArchConfig, DreamModel, dream_query_window, dream_shift, dream_window_logits
+from .errors import CheckpointFormatError, MissingCheckpointError, UnsupportedArchitectureError
 from .layers import KVCache, MaskedDiffusionLM
 from .llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
+from .loading import load_architecture
 
 __all__ = [
     "CheckpointFormatError",

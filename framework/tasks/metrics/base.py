@@ -3,7 +3,7 @@
 A metric scores one generated text against one :class:`~framework.tasks.base.Example` (its
 ``answer`` and its row's fields in ``meta``) and returns a float in [0, 1] (1 = correct).
 :meth:`Metric.scores` may report several named figures (gsm8k's flexible and strict match); the
-first is the headline. Third-party packages add metrics through the ``adaptive_decoding.metrics``
+first is the headline. Third-party packages add metrics through the ``adaptive_decoding.answer_metrics``
 entry-point group.
 """
 
@@ -64,7 +64,7 @@ def fold_space(text: str) -> str:
     return " ".join(text.split())
 
 
-METRICS: Registry[Metric] = Registry("metric", base=Metric, entry_point_group="adaptive_decoding.metrics",
+METRICS: Registry[Metric] = Registry("answer metric", base=Metric, entry_point_group="adaptive_decoding.answer_metrics",
                                      builtin_modules=("framework.tasks.metrics",))
 
 
