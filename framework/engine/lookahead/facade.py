@@ -51,6 +51,7 @@ from framework.engine.lookahead.ranking import (
     best_candidates,
     branch_pseudo_likelihood,
     rescore_pll,
+    resolve_scorer,
     rollouts_as_candidates,
 )
 from framework.engine.lookahead.rollout import (
@@ -194,13 +195,7 @@ class Lookahead(Configurable):
 
     def get_scorer(self) -> Scorer:
         """The scorer (a spec string is parsed once and kept until it changes)."""
-        if isinstance(self.scorer, str):
-            from framework.engine.scorer import parse_scorer_spec
-
-            if getattr(self, "_scorer_spec", None) != self.scorer:
-                self._scorer_obj, self._scorer_spec = parse_scorer_spec(self.scorer), self.scorer
-            return self._scorer_obj
-        return self.scorer
+        return resolve_scorer(self)
 
     # ------------------------------------------------------------------ the hook
     def budget_left(self, state: DecodeState, spent: torch.Tensor) -> torch.Tensor:

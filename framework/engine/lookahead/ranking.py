@@ -84,13 +84,7 @@ class Ranking(Configurable):
 
     def get_scorer(self) -> Scorer:
         """The scorer (a spec string is parsed once and kept until it changes)."""
-        if isinstance(self.scorer, str):
-            from framework.engine.scorer import parse_scorer_spec
-
-            if getattr(self, "_scorer_spec", None) != self.scorer:
-                self._scorer_obj, self._scorer_spec = parse_scorer_spec(self.scorer), self.scorer
-            return self._scorer_obj
-        return self.scorer
+        return resolve_scorer(self)
 
     def scoring_context(self, state: DecodeState, model: Any) -> ScoringContext:
         """The scorer's context: the call's tokenizer, prompts and metas (``state.context``) over ``context``."""
@@ -212,3 +206,14 @@ def best_candidates(rows: RolloutRows, scores: Scores, width: int) -> tuple[torc
     at = torch.full((r_cnt, width), -1, dtype=torch.long, device=dev)
     at[rows.plan_row, rows.slot] = torch.arange(rows.slot.numel(), device=dev)
     return best, at[torch.arange(r_cnt, device=dev), best]
+
+
+def resolve_scorer(owner: Any) -> Scorer:
+    """``owner.scorer`` as a :class:`Scorer`: a spec string is parsed once and kept on ``owner`` until it changes."""
+    if isinstance(owner.scorer, str):
+        from framework.engine.scorer import parse_scorer_spec
+
+        if getattr(owner, "_scorer_spec", None) != owner.scorer:
+            owner._scorer_obj, owner._scorer_spec = parse_scorer_spec(owner.scorer), owner.scorer
+        return owner._scorer_obj
+    return owner.scorer
