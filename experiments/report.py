@@ -12,11 +12,11 @@ averaged over seeds (peak memory: the maximum). Per task the report shows
 * a table ``strategy | AUP | kind | lookahead | quality | NFE | tokens per forward | ms per token |
   peak memory``, sorted by AUP (the rows of a curve together, by tokens per forward);
 * the matched-accuracy table (:mod:`experiments.matched`): each curve's most parallel point no more
-  than 1 point below the reference, and issue 12's targets (baseline spread, oracle room), met or not;
+  than 1 point below the reference, and the benchmark's targets (baseline spread, oracle room), met or not;
   the headline counts the tasks that meet both;
 * lookahead and revocable decoding against the same controller without them
   (:mod:`experiments.against_base`): accuracy at equal NFE, tokens per forward at equal accuracy,
-  and issue 14's targets.
+  and the lookahead targets (a gain on three tasks, never more than 1 point below at equal NFE).
 
 ``docs/benchmark.json`` is ``{"rows": [...], "tasks": {...}}``: ``rows`` are objects with at least
 ``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
