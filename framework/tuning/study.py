@@ -365,8 +365,20 @@ def _worker_process(failures: Any, *args: Any) -> None:
     try:
         run_worker(*args)
     except BaseException:
-        failures.put((mp.current_process().name, traceback.format_exc()[-4000:]))  # below a pipe's buffer
+        failures.put((mp.current_process().name, traceback_tail(traceback.format_exc())))
         raise
+
+
+def traceback_tail(text: str, limit: int = 4000) -> str:
+    """A traceback cut to ``limit`` characters (below a pipe's buffer): its header line, then its end.
+
+    The innermost frames and the exception say why a worker failed; the header keeps it readable as
+    a traceback however long the paths of the outer frames are.
+    """
+    if len(text) <= limit:
+        return text
+    head, _, _ = text.partition("\n")
+    return f"{head}\n  ...\n{text[-(limit - len(head) - 7):]}"
 
 
 def report(result: TuneResult, front: Sequence[Any], chosen: Any, gen_length: int) -> str:

@@ -245,6 +245,18 @@ def test_a_failing_worker_names_its_traceback_and_the_study_keeps_its_trials(tmp
     assert study.user_attrs["reference"]["accuracy"] == 1.0
 
 
+def test_a_long_traceback_keeps_its_header_and_its_end_within_the_limit():
+    from framework.tuning.study import traceback_tail
+
+    frames = "".join(f'  File "/a/very/long/path/{i}/module.py", line {i}, in f{i}\n    call()\n' for i in range(200))
+    text = "Traceback (most recent call last):\n" + frames + "RuntimeError: designed failure\n"
+    cut = traceback_tail(text, limit=500)
+    assert len(cut) <= 500 and len(text) > 500
+    assert cut.startswith("Traceback (most recent call last):\n  ...\n")
+    assert cut.endswith("RuntimeError: designed failure\n") and "line 199, in f199" in cut
+    assert traceback_tail("short", limit=500) == "short"
+
+
 def test_cli_help_and_plot(tmp_path, capsys):
     import argparse
 
