@@ -10,7 +10,14 @@ import argparse
 import json
 import sys
 
-from framework.cli.options import add_model_args, load_cli_model, model_options
+from framework.cli.options import (
+    MODEL_HELP,
+    TASK_PARAM_HELP,
+    add_model_args,
+    load_cli_model,
+    model_options,
+    parse_task_params,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -25,7 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
             "'newcomer' suite: one-token-per-step decoding, random and confidence order at four tokens "
             "per forward, two Fast-dLLM thresholds, EB, and the oracle.\n\n"
             "Examples:\n  adec bench\n  adec bench --task addition --suite baselines --repeats 3\n"
-            "  adec bench --controller fast_dllm:threshold=0.8 --controller oracle"
+            "  adec bench --controller fast_dllm:threshold=0.8 --controller oracle\n"
+            "  adec bench --task data --model /models/LLaDA-8B-Instruct --dtype bfloat16 \\\n"
+            "      --task-param test=gsm8k_test.jsonl --task-param prompt=question --task-param metric=gsm8k \\\n"
+            "      --set cache=dual --n 100 --batch-size 16"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -33,9 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--suite", default="newcomer", choices=("newcomer", "baselines"),
                    help="strategies when no --controller is given: newcomer (a few rows and the oracle, "
                         "the default) or baselines (every published baseline)")
-    add_model_args(p, model_default=None,
-                   model_help="a folder, a built-in name or a hub name org/name from the local Hugging Face "
-                              "cache (default: tiny-<task>)")
+    add_model_args(p, model_default=None, model_help=MODEL_HELP)
+    p.add_argument("--task-param", dest="task_params", action="append", default=[], metavar="KEY=VALUE",
+                   help=TASK_PARAM_HELP)
     p.add_argument("--controller", action="append", default=[], metavar="NAME[:k=v,...]",
                    help="strategies to compare instead of the baseline suite, e.g. "
                         "--controller fast_dllm:threshold=0.8 (repeatable)")
@@ -74,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
     if args.n < 1 or args.repeats < 1 or args.batch_size < 1:
         raise CLIError("--n, --repeats and --batch-size must be ≥ 1")
     options = model_options(args)
-    task = get_task(args.task)
-    loaded = load_cli_model(args.model or f"tiny-{task.name}", options)
+    task = get_task(args.task, **parse_task_params(args.task, args.task_params))
+    loaded = load_cli_model(args.model, options, task=task)
     cfg_kw = {"gen_length": task.gen_length, "block_length": task.default_block_length, "seed": args.seed}
     cfg_kw.update(parse_assignments(args.sets))
     config = DecodeConfig.build(**cfg_kw)

@@ -27,6 +27,26 @@ DTYPES = ("auto", "float32", "bfloat16", "float16")  # = framework.models.hub_lo
 DEVICES = "auto, cpu, cuda, cuda:N, mps"
 
 
+#: ``--model`` of the commands that run a task (bench, tune, train-controller)
+MODEL_HELP = ("a checkpoint folder (this project's format or a Hugging Face LLaDA / Dream / masked-LM "
+              "checkpoint), a built-in name (see 'adec list models') or a hub name org/name from the local "
+              "Hugging Face cache (never downloaded); default: the task's built-in model (tiny-<task>); "
+              "required for the data and lm_eval tasks")
+#: ``--task-param`` of the commands that run a task
+TASK_PARAM_HELP = ("task parameter, repeatable: a size knob (--task-param digits=2) or, for your own data, the "
+                   "data task's file, columns and metric (--task data --task-param test=gsm8k_test.jsonl "
+                   "--task-param prompt=question --task-param metric=gsm8k; see 'adec list tasks -v')")
+
+
+def parse_task_params(task: str, pairs: list[str]) -> dict[str, Any]:
+    """``--task-param KEY=VALUE`` pairs of ``task``: values of the task's string parameters kept as
+    written (a template ``{question}``), the others read as literals (``digits=2``, ``until=[w0]``)."""
+    from framework.core.params import parse_assignments
+    from framework.tasks.base import TASKS
+
+    return parse_assignments(pairs, option="--task-param", declared=getattr(TASKS.get(task), "params", None))
+
+
 def device_arg(text: str) -> str:
     """``--device`` syntax (availability is checked when the model is loaded, still before decoding)."""
     if text in ("auto", "cpu", "mps") or re.fullmatch(r"cuda(:\d+)?", text):
@@ -79,13 +99,17 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
             "chat": None if getattr(args, "chat_template", True) else False, "query_chunk": chunk}
 
 
-def load_cli_model(name: str, options: dict[str, Any]) -> Any:
-    """:func:`framework.training.zoo.load_model` with its loading errors as one-line CLI errors."""
+def load_cli_model(name: Optional[str], options: dict[str, Any], task: Any = None) -> Any:
+    """:func:`framework.training.zoo.load_model` with its loading errors as one-line CLI errors; with
+    ``task``, ``name=None`` is the task's built-in model and the task's chat wish applies
+    (:func:`framework.training.zoo.load_model_for_task`)."""
     from framework.cli.errors import CLIError
     from framework.models.hub_adapters import HubModelError
-    from framework.training.zoo import load_model
+    from framework.training.zoo import load_model, load_model_for_task
 
     try:
+        if task is not None:
+            return load_model_for_task(task, name, **options)[0]
         return load_model(name, **options)
     except HubModelError as exc:
         if isinstance(exc, FileNotFoundError):

@@ -29,18 +29,24 @@ sequential accuracy); test-split accuracy and tokens per forward are printed. Lo
 Examples:
   adec train-controller --task sudoku9 --policy mlp,transformer --method dagger --rounds 2
   adec train-controller --task phrases --policy mlp --method rl --rl-iterations 20
+  adec train-controller --task data --model /models/LLaDA-8B-Instruct --dtype bfloat16 \
+      --task-param train=gsm8k_train.jsonl --task-param test=gsm8k_test.jsonl \
+      --task-param prompt=question --task-param metric=gsm8k --policy mlp,logreg \
+      --n-train 64 --n-val 32 --n-test 64 --decode-batch-size 8 --set cache=dual
   adec decode --controller learned --set policy=runs/controllers/addition-tiny-addition/mlp.pt ...
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from framework.cli.options import MODEL_HELP, TASK_PARAM_HELP, add_model_args
+
     p = sub.add_parser("train-controller", help="train a learned commit policy (mlp, logreg, window "
                                                 "transformer) by imitation, DAgger or RL",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", required=True, help="task name (see 'adec list tasks')")
-    p.add_argument("--model", default=None, help="model name or folder (default: tiny-<task>)")
+    add_model_args(p, model_default=None, model_help=MODEL_HELP)
     p.add_argument("--task-param", dest="task_params", action="append", default=[], metavar="KEY=VALUE",
-                   help="task size knob, repeatable (e.g. --task-param digits=2)")
+                   help=TASK_PARAM_HELP)
     p.add_argument("--out", default=None,
                    help="output folder (default: runs/controllers/TASK-MODEL, with -dagger or -rl appended)")
     _add_method_options(p)
@@ -120,12 +126,15 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
                    help="decoding option (gen_length, block_length, temperature, ...)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default="cpu", help="device of the denoiser (default: cpu)")
+    p.add_argument("--decode-batch-size", type=int, default=64,
+                   help="prompts decoded together in the rollouts, calibration and test decodes (default: 64; "
+                        "lower it for a large model)")
     p.add_argument("--accelerator", default="cpu", help="Lightning accelerator for the MLP (default: cpu)")
 
 
 def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
+    from framework.cli.options import model_options, parse_task_params
     from framework.core.params import parse_assignments
     from framework.learning.pipeline import check_options, train_policy
 
@@ -139,8 +148,8 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--window-arch={args.window_arch!r}: expected D,LAYERS,HEADS, e.g. 32,2,4") from None
     if min(d, layers, heads) < 1 or d % heads:
         raise CLIError(f"--window-arch={args.window_arch!r}: all ≥ 1 and D a multiple of HEADS")
-    if any(h < 1 for h in hidden) or min(args.n_train, args.n_val, args.max_epochs) < 1:
-        raise CLIError("--hidden sizes, --n-train, --n-val and --max-epochs must be ≥ 1")
+    if any(h < 1 for h in hidden) or min(args.n_train, args.n_val, args.max_epochs, args.decode_batch_size) < 1:
+        raise CLIError("--hidden sizes, --n-train, --n-val, --max-epochs and --decode-batch-size must be ≥ 1")
     policies = tuple(p.strip() for p in args.policy.split(",") if p.strip())
     try:
         check_options(args.method, policies, args.rounds, args.states_per_rollout)
@@ -165,8 +174,11 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--neg-weight={args.neg_weight}; allowed: a number > 0")
     if not 0.0 <= args.dagger_threshold <= 1.0:
         raise CLIError(f"--dagger-threshold={args.dagger_threshold}; allowed: 0 to 1")
+    options = model_options(args)
     train_policy(
-        args.task, model=args.model, task_params=parse_assignments(args.task_params), out_dir=args.out,
+        args.task, model=args.model,
+            task_params=parse_task_params(args.task, args.task_params),
+        out_dir=args.out, model_options=options, decode_batch_size=args.decode_batch_size,
         method=args.method, policies=policies, residual=args.residual, neg_weight=args.neg_weight,
         rounds=args.rounds, states_per_rollout=args.states_per_rollout,
         dagger_threshold=args.dagger_threshold, window_arch={"d_model": d, "layers": layers, "heads": heads},
@@ -178,6 +190,6 @@ def run(args: argparse.Namespace) -> int:
         n_test=args.n_test, hidden=hidden, max_epochs=args.max_epochs, patience=args.patience, lr=args.lr,
         batch_size=args.batch_size, seed=args.seed, wandb_mode=args.wandb, calibrate=not args.no_calibrate,
         max_drop=args.max_drop, rollout=args.rollout, decode_options=parse_assignments(args.sets),
-        device=args.device, accelerator=args.accelerator,
+        device=options.pop("device"), accelerator=args.accelerator,
     )
     return 0

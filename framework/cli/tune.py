@@ -7,7 +7,8 @@ import json
 
 DESCRIPTION = """\
 Tune a controller's declared parameters (its Params with tune=...) on the validation split of a
-task, maximising exact-match accuracy and minimising mean NFE, then export the chosen point to a
+task, maximising accuracy (the task's own score: exact match, the data task's metric, an lm-eval
+task's headline figure) and minimising mean NFE, then export the chosen point to a
 YAML file that '--controller tuned:PATH' loads, and report it next to one-token-per-step decoding
 on the test split.
 
@@ -30,18 +31,23 @@ controllers.0.eta).
 Example:
   adec tune --controller margin_topk --task addition --n-trials 30 --workers 2
   adec tune --controller margin_topk --task sudoku9 --range eta=0.9:0.999 --n-trials 8
+  adec tune --controller fast_dllm --task data --model /models/LLaDA-8B-Instruct --dtype bfloat16 \\
+      --task-param train=gsm8k_train.jsonl --task-param test=gsm8k_test.jsonl \\
+      --task-param prompt=question --task-param metric=gsm8k --set cache=dual --n-val 64 --n-trials 12
   adec decode --controller tuned:runs/tune/margin_topk-addition-tiny-addition.yaml ...
 """
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from framework.cli.options import MODEL_HELP, TASK_PARAM_HELP, add_model_args
+
     p = sub.add_parser("tune", help="tune a controller with Optuna (accuracy vs NFE), export the chosen point",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--controller", required=True, help="registered controller with a search space")
     p.add_argument("--task", required=True, help="task name (see 'adec list tasks')")
-    p.add_argument("--model", default=None, help="model name or folder (default: tiny-<task>)")
+    add_model_args(p, model_default=None, model_help=MODEL_HELP)
     p.add_argument("--task-param", dest="task_params", action="append", default=[], metavar="KEY=VALUE",
-                   help="task size knob, repeatable (e.g. --task-param digits=2)")
+                   help=TASK_PARAM_HELP)
     p.add_argument("--n-trials", type=int, default=20, help="total finished trials of the study (default: 20)")
     p.add_argument("--workers", type=int, default=1, help="processes sharing the storage (default: 1)")
     p.add_argument("--storage", default=None,
@@ -65,7 +71,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "against the parameter's bounds; ints stay ints, a log-scale range stays log")
     p.add_argument("--out", default="runs/tune", help="output folder (default: runs/tune)")
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default: 0)")
-    p.add_argument("--device", default="cpu")
     p.add_argument("--no-plot", action="store_true", help="skip the Pareto plot")
     p.set_defaults(func=run)
 
@@ -74,12 +79,13 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from framework.cli.errors import CLIError
-    from framework.cli.options import split_settings
+    from framework.cli.options import model_options, parse_task_params, split_settings
     from framework.core.params import parse_assignments
     from framework.tuning.front import NoCompleteTrialError
     from framework.tuning.study import tune_controller
 
     cfg_kw, fixed = split_settings(args.controller, parse_assignments(args.sets))
+    options = model_options(args)
     ranges = {}
     for pair in args.ranges:
         name, sep, text = pair.partition("=")
@@ -88,12 +94,14 @@ def run(args: argparse.Namespace) -> int:
         ranges[name.strip()] = text.strip()
     try:
         result = tune_controller(
-            args.controller, args.task, model=args.model, task_params=parse_assignments(args.task_params),
+            args.controller, args.task, model=args.model,
+            task_params=parse_task_params(args.task, args.task_params),
             n_trials=args.n_trials, workers=args.workers,
             storage=args.storage, study_name=args.study_name, out_dir=args.out, n_val=args.n_val,
             n_test=args.n_test, batch_size=args.batch_size, max_drop=args.max_drop,
             prune_margin=None if args.no_prune else args.prune_margin, prune_fraction=args.prune_fraction,
-            fixed=fixed, ranges=ranges, decode=cfg_kw, seed=args.seed, device=args.device, plot=not args.no_plot,
+            fixed=fixed, ranges=ranges, decode=cfg_kw, seed=args.seed, device=options.pop("device"),
+            model_options=options, plot=not args.no_plot,
         )
     except NoCompleteTrialError as exc:  # the trials stay in the study's storage; more trials resume it
         raise CLIError(f"{exc}; the finished trials are kept, so running again continues the study") from None

@@ -409,15 +409,21 @@ class Configurable:
     __hash__ = object.__hash__
 
 
-def parse_assignments(pairs: Sequence[str], option: str = "--set") -> dict[str, Any]:
+def parse_assignments(pairs: Sequence[str], option: str = "--set",
+                      declared: Optional[Mapping[str, "Param"]] = None) -> dict[str, Any]:
     """``["a=1", "b=x"]`` -> ``{"a": 1, "b": "x"}`` with literal coercion; ``option`` names the
-    command-line option in the error for a pair without ``=``."""
+    command-line option in the error for a pair without ``=``. A key that ``declared`` (a plugin's
+    ``params``) types as ``str`` keeps its text as written, so a template ``{question}`` or a path
+    ``007.jsonl`` stays a string."""
     out: dict[str, Any] = {}
     for pair in pairs:
         if "=" not in pair:
             raise ParameterError(f"{option} expects key=value, got {pair!r}")
         key, _, value = pair.partition("=")
-        out[key.strip()] = coerce_literal(value.strip())
+        key, value = key.strip(), value.strip()
+        spec = (declared or {}).get(key)
+        textual = getattr(spec, "kind", None) is str and not (spec.nullable and value in ("null", "None", "~"))
+        out[key] = value if textual else coerce_literal(value)
     return out
 
 

@@ -120,9 +120,13 @@ def train_policy(
     rollout: Optional[str] = None, rounds: int = 2, states_per_rollout: int = 4,
     dagger_threshold: float = 0.9, rl: Optional[dict] = None, decode_options: Optional[dict] = None,
     decode_batch_size: int = 64, device: str = "cpu", accelerator: str = "cpu", verbose: bool = True,
-    fast_dev_run: bool = False,
+    fast_dev_run: bool = False, model_options: Optional[dict] = None,
 ) -> PolicyResult:
     """Train the requested ``policies`` by ``method`` (module docstring); returns paths and figures.
+
+    ``model`` is a folder, a built-in or a cached hub name (default: the task's built-in model),
+    loaded with ``model_options`` (``dtype``, ``chat``, ``trust_remote_code``, ``query_chunk``);
+    the ``data`` and ``lm_eval`` tasks need one.
 
     Training rows come from the train split, early stopping and calibration from the validation
     split, the reported decoding figures from the test split. ``rl`` holds the keyword arguments of
@@ -130,7 +134,8 @@ def train_policy(
     """
     check_options(method, policies, rounds, states_per_rollout, rl)
     t0, say = time.perf_counter(), _printer(verbose)
-    task_obj, loaded, label = _task_and_model(task, task_params, model, loaded, device)
+    task_obj, loaded, label = _task_and_model(task, task_params, model, loaded,
+                                              {**(model_options or {}), "device": device})
     out = _out_folder(out_dir, method, task_obj.name, label)
     config = DecodeConfig.build(**{"gen_length": task_obj.gen_length,
                                    "block_length": task_obj.default_block_length, **(decode_options or {})})
@@ -175,16 +180,16 @@ def _printer(verbose: bool) -> Any:
 
 
 def _task_and_model(task: str, task_params: Optional[dict], model: Optional[str], loaded: Any,
-                    device: str) -> tuple[Any, Any, str]:
-    """The task, the loaded model (``tiny-<task>`` unless ``model`` or ``loaded`` is given) and its label."""
+                    options: dict) -> tuple[Any, Any, str]:
+    """The task, the loaded model (the task's built-in one unless ``model`` or ``loaded`` is given,
+    loaded with ``options``: device, dtype, chat ...) and its label."""
     from framework.tasks.base import get_task
 
     task_obj = get_task(task, **(task_params or {}))
     if loaded is None:
-        from framework.training.zoo import load_model
+        from framework.training.zoo import load_model_for_task
 
-        model = model or f"tiny-{task_obj.name}"
-        loaded = load_model(model, device=device)
+        loaded, model = load_model_for_task(task_obj, model, **options)
     return task_obj, loaded, str(model or loaded.name)
 
 

@@ -170,6 +170,32 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
     return cast_dtype(loaded, dtype, torch_dtype)
 
 
+def default_model_name(task: Any) -> str:
+    """The model a workflow runs ``task`` on when none is named: its class's built-in model
+    (``Task.model_name``), else ``tiny-<task>``; a task with neither (``data``, ``lm_eval``: the
+    researcher's own model) fails naming ``--model``."""
+    name = vars(type(task)).get("model_name") or f"tiny-{task.name}"
+    if name not in MODELS and name != TEXT_MODEL:
+        from framework.core.params import ParameterError
+
+        raise ParameterError(
+            f"task {task.name!r} has no built-in model; name one with --model (or model: in an experiment "
+            f"file): a checkpoint folder, a built-in name ({', '.join(MODELS.names())}) or a hub name "
+            f"org/name from the local Hugging Face cache")
+    return name
+
+
+def load_model_for_task(task: Any, model: Optional[str] = None, **options: Any) -> tuple[LoadedModel, str]:
+    """``(loaded model, its name)`` for a workflow on ``task``: ``model`` (a folder, a built-in or a hub
+    name; default :func:`default_model_name`) loaded by :func:`load_model` with ``options`` (``device``,
+    ``dtype``, ``trust_remote_code``, ``query_chunk``, ``chat`` ...). ``chat=None`` takes the task's own
+    wish (``task.model_chat()``, the ``data`` task's ``chat`` parameter) where it has one."""
+    name = model or default_model_name(task)
+    if options.get("chat") is None and callable(getattr(task, "model_chat", None)):
+        options["chat"] = task.model_chat()
+    return load_model(name, **options), name
+
+
 def _load_folder(path: Path, name: str, hub: dict, torch_dtype: Any) -> LoadedModel:
     """A folder: this project's format, else a Hugging Face checkpoint."""
     if is_saved_model(path):

@@ -18,7 +18,9 @@ from framework.models.zoo import (  # noqa: F401 - re-exported
     MODELS,
     PACKAGED_WEIGHTS,
     ModelSpec,
+    default_model_name,
     load_model,
+    load_model_for_task,
     packaged_dir,
     register_missing_builder,
 )

@@ -28,7 +28,7 @@ SETUP_KEYS = ("controller", "task", "task_params", "fixed", "decode", "n_val", "
 # ---------------------------------------------------------------------- evaluation
 def score_examples(loaded: LoadedModel, task: Any, controller: Controller, config: DecodeConfig,
                    examples: Sequence[Any], batch_size: int = 64) -> tuple[list[float], list[int]]:
-    """Per-example exact-match score and NFE (same seeds as :func:`framework.engine.evaluate.evaluate`)."""
+    """Per-example score (``task.score``: exact match, or the task's metric) and NFE (same seeds as :func:`framework.engine.evaluate.evaluate`)."""
     from framework.engine.evaluate import decode_texts
 
     if not examples:
@@ -66,6 +66,7 @@ class TuneSettings:
     batch_size: int
     data_seed: int
     ranges: Optional[dict] = None  # user ranges replacing declared ones (adec tune --range NAME=LOW:HIGH)
+    model_options: Optional[dict] = None  # load_model options of a model named by string (dtype, chat, ...)
 
     @property
     def n_chunk(self) -> int:
@@ -83,9 +84,10 @@ def _load(settings: TuneSettings, loaded: Optional[LoadedModel] = None) -> tuple
 
     task = get_task(settings.task, **settings.task_params)
     if loaded is None and isinstance(settings.model, str):
-        from framework.training.zoo import load_model
+        from framework.training.zoo import load_model_for_task
 
-        loaded = load_model(settings.model, device=settings.device, train_if_missing=False)
+        options = {**(settings.model_options or {}), "device": settings.device, "train_if_missing": False}
+        loaded, _ = load_model_for_task(task, settings.model, **options)
     elif loaded is None:
         loaded = settings.model
     return loaded, task, DecodeConfig.build(**settings.decode)

@@ -1,7 +1,7 @@
 """Optuna tuning of a controller's declared search space: accuracy up, NFE down.
 
-A study has two objectives on the **validation** split of a task: f₁ = exact-match accuracy
-(maximise) and f₂ = mean NFE per sample (minimise). The space is the controller's
+A study has two objectives on the **validation** split of a task: f₁ = accuracy, the mean of the
+task's own score (exact match; the ``data`` task's metric; an lm-eval task's headline figure) (maximise) and f₂ = mean NFE per sample (minimise). The space is the controller's
 ``search_space()`` (every :class:`~framework.core.params.Param` with ``tune=``): a 2-tuple of numbers on
 an ``int``/``float`` parameter is a range (``log=True`` samples it on a log scale), anything else
 is a set of choices. Parameters fixed with ``fixed=`` (``--set``) are taken out of the space.
@@ -131,6 +131,7 @@ def tune_controller(
     seed: int = 0,
     data_seed: int = 0,
     device: str = "cpu",
+    model_options: Optional[dict[str, Any]] = None,
     plot: bool = True,
     verbose: bool = True,
     mp_context: str = "spawn",
@@ -154,6 +155,8 @@ def tune_controller(
         ranges: ``{name: "LOW:HIGH"}`` replacing declared ranges (dotted names for nested controllers),
             checked against each parameter's bounds before any work.
         decode: :class:`DecodeConfig` options (default: the task's gen_length / block length).
+        model_options: more :func:`framework.models.zoo.load_model` options for ``model`` (``dtype``,
+            ``trust_remote_code``, ``query_chunk``, ``chat``), also used by spawned workers.
         seed: sampler seed (decoding uses ``decode['seed']``, default 0).
 
     Returns:
@@ -163,10 +166,11 @@ def tune_controller(
     cls = CONTROLLERS.get(controller)
     fixed = dict(fixed or {})
     tuned_space(cls, fixed, ranges)  # fails early on an empty space or a bad --range
-    task_obj, loaded, model_label, config = _load_setup(task, task_params, model, loaded, device, decode)
+    options = {**(model_options or {}), "device": device}
+    task_obj, loaded, model_label, config = _load_setup(task, task_params, model, loaded, options, decode)
     settings = TuneSettings(
         controller=controller, task=task_obj.name, task_params=task_obj.get_params(),
-        model=model if (model and workers > 1) else loaded, device=device, fixed=fixed,
+        model=model if (model and workers > 1) else loaded, device=device, model_options=options, fixed=fixed,
         decode=config.get_params(), n_val=n_val, prune_fraction=prune_fraction,
         prune_margin=prune_margin, batch_size=batch_size, data_seed=data_seed, ranges=dict(ranges or {}),
     )
@@ -197,16 +201,16 @@ def _check_arguments(n_trials: int, workers: int, n_val: int, n_test: int, max_d
 
 
 def _load_setup(task: str, task_params: Optional[dict], model: Optional[str], loaded: Optional[LoadedModel],
-                device: str, decode: Optional[dict]) -> tuple[Any, LoadedModel, str, DecodeConfig]:
-    """The task, the model (``tiny-<task>`` by default), its label and the decoding config."""
+                options: dict, decode: Optional[dict]) -> tuple[Any, LoadedModel, str, DecodeConfig]:
+    """The task, the model (the task's built-in one by default) loaded with ``options``, its label and
+    the decoding config."""
     from framework.tasks.base import get_task
 
     task_obj = get_task(task, **(task_params or {}))
     if loaded is None:
-        from framework.training.zoo import load_model
+        from framework.training.zoo import load_model_for_task
 
-        model = model or f"tiny-{task_obj.name}"
-        loaded = load_model(model, device=device)
+        loaded, model = load_model_for_task(task_obj, model, **options)
     dec = {"gen_length": task_obj.gen_length, "block_length": task_obj.default_block_length, **(decode or {})}
     return task_obj, loaded, model or loaded.name, DecodeConfig.build(**dec)
 

@@ -108,7 +108,8 @@ def test_train_controller_cli_trains_and_the_policy_decodes(tmp_path, monkeypatc
     import framework.training.zoo
     from framework.cli import train_controller as cmd
 
-    monkeypatch.setattr(framework.training.zoo, "load_model", lambda *a, **k: carry_model())
+    monkeypatch.setattr(framework.training.zoo, "load_model_for_task",
+                        lambda task, model=None, **k: (carry_model(), model or "carry"))
     parser = argparse.ArgumentParser(prog="adec")
     cmd.register(parser.add_subparsers())
     out = tmp_path / "policy"

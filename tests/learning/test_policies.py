@@ -206,6 +206,7 @@ def test_bad_values_fail_before_any_work(argv, message, monkeypatch):
         raise AssertionError("a model was loaded before the options were checked")
 
     monkeypatch.setattr(framework.training.zoo, "load_model", no_work)
+    monkeypatch.setattr(framework.training.zoo, "load_model_for_task", no_work)
     parser = argparse.ArgumentParser(prog="adec")
     cmd.register(parser.add_subparsers())
     args = parser.parse_args(["train-controller", "--task", "addition", *argv])
@@ -219,7 +220,8 @@ def _cli(argv, monkeypatch):
     from framework.cli import train_controller as cmd
     from framework.testing.carry import carry_model
 
-    monkeypatch.setattr(framework.training.zoo, "load_model", lambda *a, **k: carry_model())
+    monkeypatch.setattr(framework.training.zoo, "load_model_for_task",
+                        lambda task, model=None, **k: (carry_model(), model or "carry"))
     parser = argparse.ArgumentParser(prog="adec")
     cmd.register(parser.add_subparsers())
     args = parser.parse_args(["train-controller", "--task", "addition", "--task-param", "digits=2",
