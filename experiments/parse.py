@@ -243,7 +243,9 @@ def _parse_tasks(c: _Checker, items: Any, top_metrics: Any = None) -> list[TaskS
         params = t.get("params") or {}
         spec = TaskSpec(name=name, params=dict(params) if isinstance(params, dict) else {}, n=t.get("n"),
                         metrics=t.get("metrics"), quality=t.get("quality", "accuracy"), model=t.get("model"),
-                        decode=dict(t.get("decode") or {}), path=where)
+                        decode=dict(t.get("decode") or {}), path=where, label=t.get("label"))
+        if spec.label is not None and not (isinstance(spec.label, str) and spec.label.strip()):
+            c.add(f"{where}.label", f"{spec.label!r} is not allowed; allowed: a non-empty string")
         cls = TASKS.get(name)
         for k, v in spec.params.items():
             if k not in cls._param_names():
@@ -269,7 +271,7 @@ def _parse_tasks(c: _Checker, items: Any, top_metrics: Any = None) -> list[TaskS
         out.append(spec)
     keys = [t.key for t in out]
     for k in sorted({k for k in keys if keys.count(k) > 1}):
-        c.add("tasks", f"task {k} is listed twice")
+        c.add("tasks", f"task {k} is listed twice (give one a label: to tell them apart)")
     return out
 
 
@@ -341,10 +343,12 @@ def _parse_strategy(c: _Checker, s: dict, where: str, task_names: list[str],
             _check_params(c, cls, params, f"{where}.params")
     if look is not None:
         _check_lookahead(c, look, f"{where}.lookahead")
+    tune = _check_tune(c, s, name, cls, params, where)
     label = s.get("label") or default_label(name, params, look)
     spec = StrategySpec(label=str(label), controller=name, params=dict(params),
                         decode=dict(s.get("decode") or {}) if isinstance(s.get("decode"), dict) else {},
-                        lookahead=look, kind=kind, tasks=tasks, prepare=s.get("prepare"), path=where)
+                        lookahead=look, kind=kind or ("tuned" if tune else None), tasks=tasks,
+                        prepare=s.get("prepare"), path=where, tune=tune)
     if "curve" in s:  # a point of a curve whose knob a sweep cannot reach (e.g. a wrapped controller's)
         if "sweep" in s or not isinstance(s["curve"], str) or not s["curve"]:
             c.add(f"{where}.curve", f"{s['curve']!r} is not allowed; allowed: a curve name (a string), "
@@ -355,6 +359,22 @@ def _parse_strategy(c: _Checker, s: dict, where: str, task_names: list[str],
     if "sweep" in s:
         return expand_sweep(c, s["sweep"], spec, cls, where) if known_controller else []
     return [spec]
+
+
+def _check_tune(c: _Checker, s: dict, name: str, cls: Optional[type], params: dict, where: str) -> Optional[dict]:
+    """A strategy's ``tune:`` mapping (:mod:`experiments.tuned`), checked; ``None`` without one."""
+    if "tune" not in s:
+        return None
+    from experiments.tuned import check_tune
+
+    if name.startswith("tuned:") or "sweep" in s:
+        c.add(f"{where}.tune", "not allowed with a tuned:PATH controller or a sweep; tune a registered "
+                               "controller (its params are held fixed)")
+        return None
+    tune, problems = check_tune(s["tune"], cls, params)
+    for key, msg in problems:
+        c.add(f"{where}.tune" + (f".{key}" if key else ""), msg)
+    return tune if not problems else None
 
 
 def _check_kind_tasks_decode(c: _Checker, s: dict, where: str, task_names: list[str]) -> tuple[Any, Any]:

@@ -259,6 +259,10 @@ def _run_cells(todo: list[Cell], exp: Experiment, dist: Any, cells_dir: Path, de
             bar.set_postfix_str(cell.describe()[:60])
         task = _task_for(tasks, cell.task)
         loaded = load_any_model(cell.model, device=device)
+        if cell.strategy.tune:
+            from experiments.tuned import tuned_cell
+
+            cell = tuned_cell(cell, loaded, task, cells_dir.parent / "tuned", exp.batch_size, dist)
         t0 = time.perf_counter()
         result = evaluate_cell(cell, loaded, task, exp, dist)
         seconds = time.perf_counter() - t0

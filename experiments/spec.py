@@ -20,6 +20,9 @@ docs/experiments.md for the long form)::
     tasks:                           # required: names or mappings
       - addition
       - {name: text, params: {gen_length: 16}, n: 50, metrics: [gen_perplexity], quality: gen_perplexity}
+      - {name: data, label: gsm8k, params: {test: data/gsm8k_test.jsonl, prompt: question, metric: gsm8k}}
+                                     # label: the task's name in cells and the report (default: the name
+                                     # and its parameters, file paths by their file name)
     strategies:                      # required
       - suite: baselines             # expands experiments.strategies.BASELINES
       - label: fast_dllm τ=0.8       # default: built from controller and params
@@ -32,6 +35,11 @@ docs/experiments.md for the long form)::
         prepare: adec tune --controller margin_topk --task {task}   # how to make a missing file
         curve: fast_dllm (hand-placed)   # optional: a point of this curve (strategies that share a
                                      # curve name are one line, when a sweep cannot reach their knob)
+      - label: margin_topk (tuned)   # tuned per task on its validation split before its cells run
+        controller: margin_topk      # (Optuna, accuracy up and NFE down, the study kept in the run
+        params: {k_max: 8}           # folder's tuned/, so an interrupted run resumes it); params are
+        tune: {n_trials: 20, n_val: 64, space: {eta: "0.9:0.999", k_base: [1, 4]}}   # held fixed; space
+                                     # replaces declared ranges (checked against their bounds)
       - controller: eb               # a sweep: one strategy per value, all on the curve "eb"
         sweep: {gamma: [0.01, 0.1, 1.0]}   # labels "eb (gamma=0.01)", ...; one parameter (a controller
                                      # parameter or a decoding option), values checked like params
@@ -85,9 +93,14 @@ from typing import Any, Optional, Sequence
 KINDS: tuple[str, ...] = ("reference", "baseline", "heuristic", "tuned", "learned", "oracle")
 TOP_KEYS = ("name", "description", "model", "device", "n", "split", "batch_size", "repeats", "data_seed",
             "seeds", "decode", "metrics", "on_missing", "tasks", "strategies", "published")
-TASK_KEYS = ("name", "params", "n", "metrics", "quality", "model", "decode")
+TASK_KEYS = ("name", "params", "n", "metrics", "quality", "model", "decode", "label")
+#: task parameters that name a file or folder: a task's key shows only their last part
+FILE_PARAMS = ("path", "train", "validation", "test", "few_shot_path", "include_path")
 STRATEGY_KEYS = ("label", "controller", "params", "decode", "lookahead", "kind", "tasks", "prepare", "suite",
-                 "sweep", "curve")
+                 "sweep", "curve", "tune")
+#: the keys of a strategy's ``tune:`` mapping (framework.tuning.study.tune_controller's arguments)
+TUNE_KEYS = ("n_trials", "n_val", "space", "max_drop", "prune_margin", "seed")
+TUNE_DEFAULTS = {"n_trials": 20, "n_val": 64, "space": {}, "max_drop": 0.01, "prune_margin": 0.25, "seed": 0}
 
 
 def suites() -> dict[str, tuple]:
@@ -123,6 +136,7 @@ class TaskSpec:
     model: Any = None
     decode: dict = field(default_factory=dict)
     path: str = ""
+    label: Optional[str] = None
 
     def build(self) -> Any:
         from framework.tasks.base import get_task
@@ -132,8 +146,12 @@ class TaskSpec:
 
     @property
     def key(self) -> str:
-        return self.name + ("" if not self.params else "("
-                            + ",".join(f"{k}={v}" for k, v in sorted(self.params.items())) + ")")
+        """The task's name in cells and the report: ``label`` when given, else the name and its
+        parameters (a file path by its file name, so a row does not carry a folder)."""
+        if self.label:
+            return self.label
+        shown = {k: (Path(v).name if k in FILE_PARAMS and isinstance(v, str) else v) for k, v in self.params.items()}
+        return self.name + ("" if not shown else "(" + ",".join(f"{k}={v}" for k, v in sorted(shown.items())) + ")")
 
 
 @dataclass
@@ -151,6 +169,8 @@ class StrategySpec:
     curve: Optional[str] = None
     #: ``{param: value}`` of a sweep point
     sweep: Optional[dict] = None
+    #: tune the controller per task before evaluating (TUNE_KEYS, ``space`` as ``{name: "LOW:HIGH"}``)
+    tune: Optional[dict] = None
 
 
 @dataclass
@@ -232,6 +252,8 @@ class Experiment:
                  "data_seed": self.data_seed, "batch_size": self.batch_size, "repeats": self.repeats,
                  "label": s.label, "controller": controller, "params": params, "decode": decode,
                  "lookahead": lookahead, "seed": cell.seed, "device": self.device}
+        if s.tune:
+            ident["tune"] = s.tune
         cell.key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:10]
         cell.id = f"{_slug(t.key)}__{_slug(s.label)}__s{cell.seed}__{cell.key}"
         return cell
