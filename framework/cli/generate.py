@@ -1,9 +1,11 @@
-"""``adec generate``: batch generation from a prompts JSONL file into a resumable results JSONL.
+"""``adec generate``: batch generation from a prompts JSONL file, or from a task's split (``--task``,
+e.g. the ``data`` task over your own file), into a resumable results JSONL.
 
-Order of work (so that bad input costs nothing): read and check the prompt file, validate the
-decoding options (with the defaults of the model's task, read without loading it), the
-controller, the scorer and every item's ``params``, then load the model (which may train a
-built-in one), then decode. See docs/generate.md for the file formats and the fault behaviour.
+Order of work (so that bad input costs nothing): read and check the prompt file (or build the task
+and read its examples), validate the decoding options (with the defaults of the task, or of the
+model's task read without loading it), the controller, the scorer and every item's ``params``,
+then load the model (which may train a built-in one), then decode. With ``--task`` every finished
+row is then scored by the task. See docs/generate.md for the file formats and the fault behaviour.
 """
 
 from __future__ import annotations
@@ -12,14 +14,18 @@ import argparse
 import json
 import signal
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 from framework.cli.options import (
+    DEFAULT_MODEL,
+    TASK_PARAM_HELP,
     add_decoding_args,
     build_lookahead,
     load_cli_model,
     model_options,
+    parse_task_params,
     resolve_decoding,
 )
 from framework.core.params import parse_assignments
@@ -27,11 +33,14 @@ from framework.engine.controller_io import build_controller
 from framework.jobs.errors import JobInputError, OutputFileError
 from framework.jobs.plan import check_items, check_job_options
 from framework.jobs.runner import run_generation_job
-from framework.tasks.prompts import read_prompts
+from framework.tasks.prompts import LineProblem, PromptItem, read_prompts
 
 FLAGS = {"batch_size": "--batch-size", "item_timeout_s": "--item-timeout", "job_timeout_s": "--job-timeout",
          "max_retries": "--max-retries"}
 EXIT_OK, EXIT_ITEM_ERRORS, EXIT_JOB_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 3, 130
+SPLITS = ("train", "validation", "test")  # = framework.tasks.base.SPLITS (not imported to build the parser)
+ONE_INPUT = ("give exactly one of --input PROMPTS.jsonl (your prompts) and --task NAME (a task's split, e.g. "
+             "--task data --task-param test=FILE.jsonl --task-param prompt=COLUMN)")
 
 EPILOG = """\
 input  (one JSON object per line):
@@ -39,6 +48,14 @@ input  (one JSON object per line):
   "prompt" is required; "id" (default: a hash of prompt, params and settings), "params" (per-item
   decoding options / controller parameters, the keys of --set) and "meta" (copied to the output)
   are optional; any other field makes the line bad.
+
+--task instead of --input: the items are the examples of the task's --split (default test; --n N:
+  the first N, default every row of a data / lm_eval split), with the task's example ids and, as
+  meta, the example's meta plus its "answer". After the job every ok row is scored by the task
+  (which cuts the text at its stop strings itself): 'score: MEAN (METRIC) over K of N rows' on
+  stderr, "task_score" in --summary-json. gen_length / block_length default to the task's
+  (--task-param gen_length=... block_length=..., or --set). Without --model: the task's built-in
+  model (the data and lm_eval tasks need --model). Resume works as with --input.
 
 output (one JSON row per item, schema adec-generate/2, see docs/generate.md):
   id, status ok|error, text, generated_ids, nfe, steps, remasks, fallback, error, latency_s, ...
@@ -53,22 +70,27 @@ examples:
   adec generate --input prompts.jsonl --output results.jsonl --controller fast_dllm --set threshold=0.9
   adec generate --input prompts.jsonl --output results.jsonl --batch-size 32 --item-timeout 30 \\
       --job-timeout 3600 --on-bad-line skip
+  adec generate --task data --task-param test=gsm8k_test.jsonl --task-param prompt=question \\
+      --task-param metric=gsm8k --model ./my-llada --output results.jsonl --n 100 --set threshold=0.9
 """
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "generate",
-        help="batch generation from a prompts JSONL file (resumable, OOM-safe, per-item fallbacks)",
-        description="Decode every prompt of a JSONL file into a results JSONL file, one row per prompt,\n"
-                    "written as soon as it is done. Survives out-of-memory errors (the batch halves),\n"
-                    "failing items (retried, then a fallback decoder or an error row), timeouts and\n"
-                    "kills (run the same command again to resume).",
+        help="batch generation from a prompts JSONL file or a task's split (resumable, OOM-safe, "
+             "per-item fallbacks)",
+        description="Decode every prompt of a JSONL file (or every example of a task's split, then score\n"
+                    "the rows) into a results JSONL file, one row per prompt, written as soon as it is\n"
+                    "done. Survives out-of-memory errors (the batch halves), failing items (retried,\n"
+                    "then a fallback decoder or an error row), timeouts and kills (run the same command\n"
+                    "again to resume).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=EPILOG,
     )
     io = p.add_argument_group("files")
-    io.add_argument("--input", required=True, metavar="PROMPTS.jsonl", help="prompts, one JSON object per line")
+    io.add_argument("--input", default=None, metavar="PROMPTS.jsonl",
+                    help="prompts, one JSON object per line (or give --task instead)")
     io.add_argument("--output", required=True, metavar="RESULTS.jsonl",
                     help="results, one JSON row per prompt; resumed if it exists")
     io.add_argument("--on-bad-line", choices=("skip", "refuse"), default="refuse",
@@ -77,7 +99,9 @@ def register(subparsers: Any) -> None:
     io.add_argument("--retry-errors", action="store_true",
                     help="decode again the items that have an error row in --output")
     io.add_argument("--overwrite", action="store_true", help="start --output from scratch")
+    _add_task_args(p)
     add_decoding_args(p)
+    p.set_defaults(model=None)  # resolved in run: DEFAULT_MODEL, or with --task the task's built-in model
     la = p.add_argument_group("lookahead")
     la.add_argument("--scorer", default=None, metavar="SPEC",
                    help="rank lookahead rollouts with these scorers, e.g. 'logprob:0.7,repetition:1' "
@@ -95,23 +119,49 @@ def register(subparsers: Any) -> None:
                      help="plain decoder used for an item whose controller keeps failing, marked "
                           "'fallback' in its row; 'none' = write an error row instead (default: sequential)")
     job.add_argument("--no-progress", action="store_true", help="no progress bar")
-    job.add_argument("--summary-json", default=None, metavar="PATH", help="also write the summary as JSON")
+    job.add_argument("--summary-json", default=None, metavar="PATH",
+                     help="also write the summary as JSON (with --task: and the task's score, "
+                          "\"task_score\")")
     p.set_defaults(func=run)
 
 
-def load_model_for(name: str, device: str, **options: Any) -> Any:
+def _add_task_args(p: argparse.ArgumentParser) -> None:
+    """``--task``, ``--task-param``, ``--split`` and ``--n``: a task's split as the input."""
+    g = p.add_argument_group("task input (instead of --input)")
+    g.add_argument("--task", default=None, metavar="NAME",
+                   help="decode the examples of this task's --split (see 'adec list tasks'; 'data' = your "
+                        "own file) and score every finished row with the task")
+    g.add_argument("--task-param", dest="task_params", action="append", default=[], metavar="KEY=VALUE",
+                   help=TASK_PARAM_HELP)
+    g.add_argument("--split", default=None, choices=SPLITS, help="the split to decode (default: test)")
+    g.add_argument("--n", type=int, default=None, metavar="N",
+                   help="the first N examples of the split (default: every row of a data or lm_eval split; "
+                        "required for a task that draws its examples without end)")
+
+
+def load_model_for(name: Optional[str], device: str, task: Any = None, **options: Any) -> Any:
     """The model of ``--model`` (a seam for tests: replace to inject a model); ``options`` are
-    ``dtype``, ``trust_remote_code`` and ``chat`` (see :func:`framework.training.zoo.load_model`)."""
-    return load_cli_model(name, {"device": device, **options})
+    ``dtype``, ``trust_remote_code`` and ``chat`` (see :func:`framework.training.zoo.load_model`);
+    with ``task`` (``--task``) the task's chat wish applies (``load_cli_model(..., task=task)``)."""
+    return load_cli_model(name, {"device": device, **options}, task=task)
 
 
-def task_defaults(model: str, sets: list[str]) -> dict[str, Any]:
-    """``gen_length`` / ``block_length`` of the task the model was trained for, known without
-    loading it (a built-in name, or the ``task`` in a saved folder's config.json).
+def task_lengths(task: Any, sets: list[str]) -> dict[str, Any]:
+    """``gen_length`` / ``block_length`` of ``task`` as decoding defaults (``--set`` overrides them).
 
     ``block_length`` is left to the user when ``--set gen_length`` is given without it, so that a
     task's block length never conflicts with a generation length chosen on the command line.
     """
+    out = {"gen_length": task.gen_length, "block_length": task.default_block_length}
+    user = parse_assignments(sets)
+    if "gen_length" in user and "block_length" not in user:
+        del out["block_length"]
+    return out
+
+
+def task_defaults(model: str, sets: list[str]) -> dict[str, Any]:
+    """:func:`task_lengths` of the task the model was trained for, known without loading it (a
+    built-in name, or the ``task`` in a saved folder's config.json); ``{}`` when it names none."""
     from framework.models.saved import CONFIG_FILE
     from framework.training.zoo import MODELS
 
@@ -130,22 +180,130 @@ def task_defaults(model: str, sets: list[str]) -> dict[str, Any]:
         t = get_task(task, **task_params)
     except Exception:  # noqa: BLE001 - a corrupt folder is reported by load_model, naming the file
         return {}
-    out = {"gen_length": t.gen_length, "block_length": t.default_block_length}
-    user = parse_assignments(sets)
-    if "gen_length" in user and "block_length" not in user:
-        del out["block_length"]
-    return out
+    return task_lengths(t, sets)
+
+
+# ---------------------------------------------------------------------------------- --task input
+def check_input_choice(args: argparse.Namespace) -> None:
+    """Exactly one of ``--input`` and ``--task``; the task-only flags only with ``--task``."""
+    from framework.cli.errors import CLIError
+
+    if (args.input is None) == (args.task is None):
+        given = "both were given" if args.input is not None else "neither was given"
+        raise CLIError(f"{ONE_INPUT}; {given}")
+    if args.task is None:
+        for flag, value in (("--task-param", args.task_params), ("--split", args.split), ("--n", args.n)):
+            if value:
+                raise CLIError(f"{flag} has no effect without --task NAME (the prompts come from --input)")
+    if args.n is not None and args.n < 1:
+        raise CLIError(f"--n={args.n} is out of range; allowed: integer in [1, inf) "
+                       f"(or leave it out: every row)")
+
+
+def split_size(task: Any, split: str) -> Optional[int]:
+    """How many examples ``split`` of ``task`` has: every row of a ``data`` split or every document of
+    an ``lm_eval`` split; ``None`` for a task that draws its examples without end."""
+    rows = getattr(task, "split_rows", None)
+    if callable(rows):
+        return len(rows(split))
+    loaded = getattr(task, "loaded", None)
+    if callable(loaded):
+        docs = loaded().docs
+        return len(docs[split]) if split in docs else 0  # 0: task.examples names the splits it has
+    return None
+
+
+def task_examples(args: argparse.Namespace) -> tuple[Any, list[Any]]:
+    """The task of ``--task`` / ``--task-param`` (built and validated) and the examples of ``--split``:
+    the first ``--n``, by default all of them."""
+    from framework.cli.errors import CLIError
+    from framework.tasks.base import get_task
+
+    task = get_task(args.task, **parse_task_params(args.task, args.task_params))
+    split = args.split or "test"
+    n = args.n
+    if n is None:
+        n = split_size(task, split)
+        if n is None:
+            raise CLIError(f"--task {args.task}: its {split} examples are drawn without end; give --n N")
+    return task, task.examples(split, n)
+
+
+def example_items(examples: Sequence[Any]) -> list[PromptItem]:
+    """One job item per example: its prompt and id, as meta its meta plus ``answer`` (the expected answer)."""
+    return [PromptItem(prompt=ex.prompt, id=str(ex.id), meta={**dict(ex.meta or {}), "answer": ex.answer})
+            for ex in examples]
+
+
+@dataclass
+class TaskScore:
+    """The task's mean score over the ok rows of the job's items (``rows`` of ``items``)."""
+
+    metric: str
+    mean: Optional[float]
+    rows: int
+    items: int
+
+    def format(self) -> str:
+        mean = "-" if self.mean is None else f"{self.mean:.3f}"
+        return f"score: {mean} ({self.metric}) over {self.rows} of {self.items} rows"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"metric": self.metric, "mean": self.mean, "rows": self.rows}
+
+
+def score_rows(task: Any, examples: Sequence[Any], output: str) -> TaskScore:
+    """Score every ok row of ``output`` that belongs to one of ``examples`` with ``task.score`` (rows of
+    earlier runs included: a resumed job scores all of its rows); error and missing rows are not scored."""
+    from framework.jobs.output import read_results
+
+    texts = {r["id"]: r["text"] for r in read_results(output)
+             if r["status"] == "ok" and r["text"] is not None}
+    scores = [float(task.score(ex, texts[str(ex.id)])) for ex in examples if str(ex.id) in texts]
+    mean = sum(scores) / len(scores) if scores else None
+    metric = str(getattr(task, "metric", "score"))
+    return TaskScore(metric=metric, mean=mean, rows=len(scores), items=len(examples))
+
+
+# ---------------------------------------------------------------------------------- the command
+@dataclass
+class _Input:
+    """What the job decodes: its items and skipped lines, the decoding defaults, and (``--task``) the
+    task and its examples."""
+
+    items: list[PromptItem]
+    problems: list[LineProblem]
+    defaults: dict[str, Any]
+    task: Any = None
+    examples: Optional[list[Any]] = None
+
+
+def read_input(args: argparse.Namespace) -> _Input:
+    """The items of ``--input`` or ``--task``, and resolve ``--model`` (its default depends on which)."""
+    if args.task is not None:
+        task, examples = task_examples(args)
+        if args.model is None:
+            from framework.training.zoo import default_model_name
+
+            args.model = default_model_name(task)
+        return _Input(example_items(examples), [], task_lengths(task, args.sets), task, examples)
+    if args.model is None:
+        args.model = DEFAULT_MODEL
+    items, problems = read_prompts(args.input, on_error=args.on_bad_line)
+    for prob in problems:
+        print(f"adec generate: skipping {args.input}:{prob.line}: {prob.reason}", file=sys.stderr)
+    return _Input(items, problems, task_defaults(args.model, args.sets))
 
 
 def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
 
     check_job_options(args.batch_size, args.item_timeout, args.job_timeout, args.max_retries, names=FLAGS)
+    check_input_choice(args)
     options = model_options(args)
-    items, problems = read_prompts(args.input, on_error=args.on_bad_line)
-    for prob in problems:
-        print(f"adec generate: skipping {args.input}:{prob.line}: {prob.reason}", file=sys.stderr)
-    setup = resolve_decoding(args, task_defaults(args.model, args.sets))
+    source = read_input(args)
+    items, problems = source.items, source.problems
+    setup = resolve_decoding(args, source.defaults)
     fallback: Optional[Any] = None
     if str(args.fallback_controller).lower() != "none":
         fallback = build_controller(args.fallback_controller)
@@ -156,6 +314,8 @@ def run(args: argparse.Namespace) -> int:
     if lookahead is not None:
         lookahead.validate()
     device = options.pop("device")
+    if source.task is not None:
+        options["task"] = source.task
     loaded = load_model_for(args.model, device, **options)
 
     previous = None
@@ -177,9 +337,14 @@ def run(args: argparse.Namespace) -> int:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     print(summary.format(), file=sys.stderr)
+    report = summary.to_dict()
+    if source.task is not None:
+        score = score_rows(source.task, source.examples or [], args.output)
+        print(score.format(), file=sys.stderr)
+        report["task_score"] = score.to_dict()
     if args.summary_json:
         with open(args.summary_json, "w") as fh:
-            json.dump(summary.to_dict(), fh, indent=2)
+            json.dump(report, fh, indent=2)
             fh.write("\n")
     if summary.status == "interrupted":
         return EXIT_INTERRUPTED
