@@ -67,6 +67,11 @@ def _add_method_options(p: argparse.ArgumentParser) -> None:
                         "logit(confidence) + g(features), g zero at the start (Fast-dLLM's threshold rule)")
     p.add_argument("--neg-weight", type=float, default=1.0,
                    help="weight of unsafe rows in the loss: a wrong commit can cost the answer (default: 1)")
+    p.add_argument("--labels", default="reference", choices=("reference", "set"),
+                   help="reference: a position is safe when its prediction equals the token the reference "
+                        "decode ends with; set: safe together with the more confident positions of its step "
+                        "(greedy along the confidence ranking, checked by the task's verifier of partial "
+                        "answers; every visited state is labelled, no reference decodes) (default: reference)")
     p.add_argument("--rounds", type=int, default=2, help="DAgger rounds (default: 2)")
     p.add_argument("--states-per-rollout", type=int, default=4,
                    help="DAgger: visited steps labelled per prompt, each costs one reference decode "
@@ -152,7 +157,7 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--hidden sizes, --n-train, --n-val, --max-epochs and --decode-batch-size must be ≥ 1")
     policies = tuple(p.strip() for p in args.policy.split(",") if p.strip())
     try:
-        check_options(args.method, policies, args.rounds, args.states_per_rollout)
+        check_options(args.method, policies, args.rounds, args.states_per_rollout, labels=args.labels)
     except ValueError as exc:
         flag = {"method": "--method", "policy": "--policy", "rounds": "--rounds",
                 "states_per_rollout": "--states-per-rollout"}.get(str(exc).split("=")[0], "")
@@ -178,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     train_policy(
         args.task, model=args.model,
             task_params=parse_task_params(args.task, args.task_params),
-        out_dir=args.out, model_options=options, decode_batch_size=args.decode_batch_size,
+        out_dir=args.out, model_options=options, decode_batch_size=args.decode_batch_size, labels=args.labels,
         method=args.method, policies=policies, residual=args.residual, neg_weight=args.neg_weight,
         rounds=args.rounds, states_per_rollout=args.states_per_rollout,
         dagger_threshold=args.dagger_threshold, window_arch={"d_model": d, "layers": layers, "heads": heads},

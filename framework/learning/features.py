@@ -1,4 +1,11 @@
 """The learned policies' feature vector φ per eligible position (:data:`FEATURE_NAMES`).
+
+The first 13 columns describe a position by itself (its confidence, where it lies, how far decoding
+is). The last six expose *dependence*, what a per-position score cannot see: whether the slots
+next to it are still guesses, and how confident the nearest other uncertain position of the step's
+window is ("uncertain": eligible with confidence below :data:`UNCERTAIN`). Two uncertain neighbours
+are often the two halves of one choice ("New" / "York"): committing both at once risks "New
+Francisco", committing the more confident one is safe and makes the other certain.
 """
 
 from __future__ import annotations
@@ -23,7 +30,16 @@ FEATURE_NAMES: tuple[str, ...] = (
     "left_decided",        # position i − 1 is not masked (prompt or committed)
     "right_decided",       # position i + 1 is not masked (committed, padding or past the end)
     "eligible_frac",       # #eligible / G
+    "left_confidence",     # confidence of position i − 1 if it is eligible now, else 1 (decided or not in play)
+    "right_confidence",    # the same for i + 1
+    "left_uncertain",      # i − 1 is eligible with confidence < UNCERTAIN
+    "right_uncertain",     # i + 1 likewise
+    "nearest_uncertain_distance",    # |i − j| / W to the nearest other uncertain j of the window, 1 if none
+    "nearest_uncertain_confidence",  # that j's confidence, 0 if none
 )
+
+#: below this confidence an eligible position counts as uncertain in the dependence features
+UNCERTAIN = 0.9
 
 
 def feature_matrix(f: StepFeatures, gen_length: int) -> torch.Tensor:
@@ -45,5 +61,29 @@ def feature_matrix(f: StepFeatures, gen_length: int) -> torch.Tensor:
         conf, f.margin.float(), f.entropy.float(), f.top2_prob.float(), f.position_in_block.float(),
         f.position.float() / float(gen_length), row(f.progress), row(block_prog), rank,
         conf / best, left.float(), right.float(), row(f.n_eligible.float() / float(gen_length)),
+        *dependence_columns(f),
     ]
     return torch.stack(cols, dim=-1)
+
+
+def dependence_columns(f: StepFeatures) -> list[torch.Tensor]:
+    """The six dependence columns of :data:`FEATURE_NAMES`, each float ``[B, W]``: neighbours' confidence
+    and uncertainty, and the distance to and confidence of the nearest other uncertain position.
+    Neighbours are found by generation position, so a ragged or padded window is read correctly."""
+    el, conf, pos = f.eligible, f.confidence.float(), f.position
+    unc = el & (conf < UNCERTAIN)
+    same = pos[:, :, None] - pos[:, None, :]  # [B, W, W]: i − j
+    neigh_conf, neigh_unc = [], []
+    for offset in (1, -1):  # j = i − 1, then j = i + 1
+        at = (same == offset) & el[:, None, :]
+        neigh_conf.append(torch.where(at, conf[:, None, :], torch.ones_like(conf)[:, None, :]).amin(2))
+        neigh_unc.append((at & unc[:, None, :]).any(2).float())
+    dist = same.abs().float()
+    other = unc[:, None, :] & ~torch.eye(pos.shape[1], dtype=torch.bool, device=pos.device)[None]
+    dist = torch.where(other, dist, torch.full_like(dist, float("inf")))
+    nearest, j = dist.min(2)
+    width = float(max(1, pos.shape[1]))
+    found = torch.isfinite(nearest)
+    near_dist = torch.where(found, nearest / width, torch.ones_like(nearest))
+    near_conf = torch.where(found, conf.gather(1, j), torch.zeros_like(nearest))
+    return [neigh_conf[0], neigh_conf[1], neigh_unc[0], neigh_unc[1], near_dist, near_conf]

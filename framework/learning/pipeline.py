@@ -39,6 +39,7 @@ from framework.learning.train import (
 )
 
 METHODS = ("imitation", "dagger", "rl")
+LABELS = ("reference", "set")
 #: the window transformer's default width, layers and heads
 WINDOW_ARCH = {"d_model": 32, "layers": 2, "heads": 4}
 
@@ -75,8 +76,10 @@ class PolicyResult:
 
 
 def check_options(method: str, policies: Sequence[str], rounds: int, states_per_rollout: int,
-                  rl: Optional[dict] = None) -> None:
+                  rl: Optional[dict] = None, labels: str = "reference") -> None:
     """Refuse bad values before any work, naming what is allowed."""
+    if labels not in LABELS:
+        raise ValueError(f"labels={labels!r}; allowed: {', '.join(LABELS)}")
     if method not in METHODS:
         raise ValueError(f"method={method!r}; allowed: {', '.join(METHODS)}")
     bad = [p for p in policies if p not in KINDS]
@@ -120,9 +123,13 @@ def train_policy(
     rollout: Optional[str] = None, rounds: int = 2, states_per_rollout: int = 4,
     dagger_threshold: float = 0.9, rl: Optional[dict] = None, decode_options: Optional[dict] = None,
     decode_batch_size: int = 64, device: str = "cpu", accelerator: str = "cpu", verbose: bool = True,
-    fast_dev_run: bool = False, model_options: Optional[dict] = None,
+    fast_dev_run: bool = False, model_options: Optional[dict] = None, labels: str = "reference",
 ) -> PolicyResult:
     """Train the requested ``policies`` by ``method`` (module docstring); returns paths and figures.
+
+    ``labels``: ``reference`` (a position is safe when its prediction equals the token the reference
+    decode ends with) or ``set`` (safe *together with* the more confident positions of its step, by the
+    task's verifier: :mod:`framework.learning.set_labels`), for the imitation rows and DAgger rounds.
 
     ``model`` is a folder, a built-in or a cached hub name (default: the task's built-in model),
     loaded with ``model_options`` (``dtype``, ``chat``, ``trust_remote_code``, ``query_chunk``);
@@ -132,22 +139,24 @@ def train_policy(
     split, the reported decoding figures from the test split. ``rl`` holds the keyword arguments of
     :func:`framework.learning.rl_train.rl_finetune` (iterations, prompts, group, lam, reward_form, lr).
     """
-    check_options(method, policies, rounds, states_per_rollout, rl)
+    check_options(method, policies, rounds, states_per_rollout, rl, labels)
     t0, say = time.perf_counter(), _printer(verbose)
     task_obj, loaded, label = _task_and_model(task, task_params, model, loaded,
                                               {**(model_options or {}), "device": device})
+    if labels == "set":
+        check_set_labels(task_obj)
     out = _out_folder(out_dir, method, task_obj.name, label)
     config = DecodeConfig.build(**{"gen_length": task_obj.gen_length,
                                    "block_length": task_obj.default_block_length, **(decode_options or {})})
     train, val, dataset = _rollout_datasets(loaded, task_obj, config, n_train, n_val, decode_batch_size,
-                                            rollout, say)
+                                            rollout, say, labels)
     meta = {"task": task_obj.name, "task_params": task_obj.get_params(), "model": label, "method": method,
             "residual": residual, "neg_weight": neg_weight, "decode": config.get_params(), "dataset": dataset,
             "seed": seed}
     opts = dict(C=C, seed=seed, hidden=hidden, window_arch=window_arch or dict(WINDOW_ARCH), lr=lr,
                 max_epochs=max_epochs, patience=patience, batch_size=batch_size, window_batch=window_batch,
                 wandb_mode=wandb_mode, accelerator=accelerator, progress=verbose and sys.stderr.isatty(),
-                meta=meta, fast_dev_run=fast_dev_run, residual=residual, neg_weight=neg_weight)
+                meta=meta, fast_dev_run=fast_dev_run, residual=residual, neg_weight=neg_weight, labels=labels)
     paths = {kind: out / f"{kind}.pt" for kind in policies}
     nets, training = _imitation(policies, train, val, out, opts, paths, meta, dagger_threshold)
     rounds_log = []
@@ -172,6 +181,15 @@ def train_policy(
     if verbose:
         print(report(result))
     return result
+
+
+def check_set_labels(task: Any) -> None:
+    """Set labels need the task's verifier (``Task.completable``): refuse a task without one before
+    any decoding, naming the alternative."""
+    ex = task.examples("train", 1)[0]
+    if task.completable(ex, task.target_ids(ex), [False] * task.gen_length) is None:
+        raise ValueError(f"labels=set: task {task.name!r} cannot tell whether a partial answer can still end "
+                         f"correct (Task.completable); use labels=reference, or implement completable")
 
 
 def _printer(verbose: bool) -> Any:
@@ -202,17 +220,26 @@ def _out_folder(out_dir: "str | os.PathLike | None", method: str, task_name: str
 
 
 def _rollout_datasets(loaded: Any, task_obj: Any, config: DecodeConfig, n_train: int, n_val: int,
-                      decode_batch_size: int, rollout: Optional[str],
-                      say: Any) -> tuple[RolloutDataset, RolloutDataset, dict[str, Any]]:
-    """The training and validation rows (from ``rollout``'s decodes, default sequential) and their figures."""
+                      decode_batch_size: int, rollout: Optional[str], say: Any,
+                      labels: str = "reference") -> tuple[RolloutDataset, RolloutDataset, dict[str, Any]]:
+    """The training and validation rows (from ``rollout``'s decodes, default sequential; labelled by
+    ``labels``) and their figures."""
     roll = build_controller(rollout) if rollout else None
-    train = build_dataset(loaded, task_obj, "train", n_train, config=config, batch_size=decode_batch_size,
-                          rollout=roll)
-    val = build_dataset(loaded, task_obj, "validation", n_val, config=config, batch_size=decode_batch_size,
-                        rollout=roll)
+    if labels == "set":
+        from framework.learning.set_labels import build_set_dataset
+
+        ctrl = roll or build_controller("sequential")
+        train = build_set_dataset(loaded, task_obj, "train", n_train, ctrl, config=config, batch_size=decode_batch_size)
+        val = build_set_dataset(loaded, task_obj, "validation", n_val, ctrl, config=config,
+                                batch_size=decode_batch_size)
+    else:
+        train = build_dataset(loaded, task_obj, "train", n_train, config=config, batch_size=decode_batch_size,
+                              rollout=roll)
+        val = build_dataset(loaded, task_obj, "validation", n_val, config=config, batch_size=decode_batch_size,
+                            rollout=roll)
     dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
                "val_positive_rate": val.positive_rate, "n_train": n_train, "n_val": n_val,
-               "rollout": rollout or "sequential", "features": list(FEATURE_NAMES)}
+               "rollout": rollout or "sequential", "features": list(FEATURE_NAMES), "labels": labels}
     say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
         f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
     return train, val, dataset
@@ -293,8 +320,6 @@ def _dagger(loaded: Any, task: Any, config: DecodeConfig, policies: Sequence[str
     """The DAgger rounds, per policy kind: visit, label from the visited states, aggregate, retrain."""
     from tqdm.auto import tqdm
 
-    from framework.learning.dagger import build_on_policy_dataset
-
     log = []
     data = {kind: train for kind in policies}
     for r in range(1, rounds + 1):
@@ -303,10 +328,9 @@ def _dagger(loaded: Any, task: Any, config: DecodeConfig, policies: Sequence[str
             ctrl = build_controller(CONTROLLER_OF[kind], policy=str(paths[kind]), threshold=threshold)
             with tqdm(total=n_train, desc=f"DAgger round {r} ({kind}): visit and label", unit="prompt",
                       disable=not opts["progress"]) as bar:
-                new = build_on_policy_dataset(loaded, task, "train", n_train, ctrl, config=config,
-                                              batch_size=decode_batch_size,
-                                              states_per_rollout=states_per_rollout,
-                                              data_seed=0, seed=opts["seed"] + r, progress=bar)
+                new = _visit_and_label(loaded, task, ctrl, config, opts, n_train=n_train, round_=r,
+                                       states_per_rollout=states_per_rollout, batch_size=decode_batch_size,
+                                       progress=bar)
             data[kind] = RolloutDataset.concat([data[kind], new])
             nets[kind], info = _fit(kind, data[kind], val, out, opts,
                                     init=None if kind == "logreg" else nets[kind])
@@ -319,6 +343,22 @@ def _dagger(loaded: Any, task: Any, config: DecodeConfig, policies: Sequence[str
                                                                         if k != "history"}})
             log.append(entry)
     return log
+
+
+def _visit_and_label(loaded: Any, task: Any, ctrl: Any, config: DecodeConfig, opts: dict, *, n_train: int,
+                     round_: int, states_per_rollout: int, batch_size: int, progress: Any) -> RolloutDataset:
+    """One DAgger round's rows: the states ``ctrl`` visits on the train split, labelled by the reference
+    continued from them (``states_per_rollout`` per prompt) or, with set labels, every one of them."""
+    if opts.get("labels") == "set":
+        from framework.learning.set_labels import build_set_dataset
+
+        return build_set_dataset(loaded, task, "train", n_train, ctrl, config=config, batch_size=batch_size,
+                                 progress=progress)
+    from framework.learning.dagger import build_on_policy_dataset
+
+    return build_on_policy_dataset(loaded, task, "train", n_train, ctrl, config=config, batch_size=batch_size,
+                                   states_per_rollout=states_per_rollout, data_seed=0,
+                                   seed=opts["seed"] + round_, progress=progress)
 
 
 def report(result: PolicyResult) -> str:

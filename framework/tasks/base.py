@@ -15,7 +15,7 @@ import pkgutil
 import random
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator, Optional
+from typing import Any, ClassVar, Iterator, Optional, Sequence
 
 from framework.core.params import Configurable, Param
 from framework.core.registry import Registry
@@ -203,6 +203,18 @@ class Task(Configurable):
     def score(self, example: Example, output_text: str) -> float:
         """1.0 if ``output_text`` (decoded up to the first EOS) is exactly the answer, else 0.0."""
         return float(fold_whitespace(output_text) == example.answer)
+
+    def completable(self, example: Example, tokens: Sequence[int], committed: Sequence[bool]) -> Optional[bool]:
+        """Whether a partly decided answer can still end correct: some output that :meth:`score` gives
+        1.0 agrees with ``tokens[i]`` wherever ``committed[i]`` (positions of the generation). The
+        verifier of a *set* of commitments, for labels and bounds only, since it reads the answer.
+        Default, for exact-match tasks: the committed tokens up to the answer's first ``[EOS]`` equal
+        :meth:`target_ids` (what follows the first ``[EOS]`` is not read). ``None``: cannot tell."""
+        if type(self).score is not Task.score:
+            return None
+        target = self.target_ids(example)
+        end = len(self.tokenizer.encode(example.answer))
+        return all(int(tokens[i]) == target[i] for i in range(min(end + 1, len(target))) if committed[i])
 
     def score_ids(self, example: Example, generated_ids: Any) -> float:
         """:meth:`score` of generated token ids (decoded up to the first EOS)."""

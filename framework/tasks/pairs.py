@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import random
+from typing import Optional, Sequence
 
 from framework.core.params import Param, ParameterError
 from framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
@@ -73,6 +74,27 @@ class PairsTask(Task):
         """1.0 if the output has one valid phrase of its group per slot, in order."""
         c = self.joint_coherence(example, output_text)
         return float(c["valid"] == c["slots"] and c["extra"] == 0)
+
+    def completable(self, example: Example, tokens: Sequence[int], committed: Sequence[bool]) -> Optional[bool]:
+        """Every committed word fits a phrase of its slot's group, both words of a slot fit the same
+        phrase, and every committed comma and the first ``[EOS]`` stand where they must (slot s holds
+        generation positions 3s and 3s + 1, its comma 3s + 2; the first ``[EOS]`` follows the last)."""
+        groups = self.groups_of(example)
+        target, end = self.target_ids(example), 3 * len(groups) - 1
+        words: dict[int, str] = {}
+        for i in range(min(end + 1, len(tokens))):
+            if not committed[i]:
+                continue
+            if i == end or i % 3 == 2:
+                if int(tokens[i]) != target[i]:
+                    return False
+            else:
+                words[i] = self.tokenizer.decode([int(tokens[i])], stop_at_eos=False)
+        for s, group in enumerate(groups):
+            first, second = words.get(3 * s), words.get(3 * s + 1)
+            if not any(first in (None, a) and second in (None, b) for a, b in PAIR_GROUPS[group]):
+                return False
+        return True
 
     def joint_coherence(self, example: Example, output_text: str) -> dict[str, int]:
         """Counts over the answer's slots: ``valid`` phrases, ``incoherent`` mixes of two valid phrases

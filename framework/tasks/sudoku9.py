@@ -20,11 +20,11 @@ carving unique puzzles costs milliseconds each; the answer is the grid they were
 from __future__ import annotations
 
 import random
-from typing import Optional
+from typing import Optional, Sequence
 
 from framework.core.params import Param, ParameterError
 from framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
-from framework.tasks.sudoku9_solver import CELLS, GRADES, carve, grade, is_valid_solution, random_grid
+from framework.tasks.sudoku9_solver import CELLS, GRADES, carve, grade, is_valid_solution, random_grid, solve
 from framework.tasks.vocab import VOCAB
 
 #: givens of the training puzzles (uniform), wide enough to cover every test variant
@@ -120,6 +120,24 @@ class Sudoku9Task(Task):
         if len(cells) != CELLS:
             raise ValueError(f"sudoku9 prompt {prompt!r} does not have 81 cells")
         return {i: int(c) for i, c in enumerate(cells) if c != "."}
+
+    def completable(self, example: Example, tokens: Sequence[int], committed: Sequence[bool]) -> Optional[bool]:
+        """The committed digits (with the givens) still admit a solution: a carved unique puzzle's
+        committed cells equal its solution; any other puzzle's grid (open test puzzles, the random-givens
+        training puzzles) is solved by :func:`solve` (one solution is enough). A committed non-digit is
+        never completable."""
+        grid = [0] * CELLS
+        for i, given in (example.meta.get("givens") or self.parse_givens(example.prompt)).items():
+            grid[int(i)] = int(given)
+        for i in range(min(CELLS, len(tokens))):
+            if committed[i]:
+                text = self.tokenizer.decode([int(tokens[i])], stop_at_eos=False)
+                if len(text) != 1 or text not in "123456789" or grid[i] not in (0, int(text)):
+                    return False
+                grid[i] = int(text)
+        if "grade" in example.meta:  # a carved puzzle: its one solution is the answer
+            return all(g == int(a) for g, a in zip(grid, fold_whitespace(example.answer).replace(" ", "")) if g)
+        return solve(grid, limit=1)[0] >= 1
 
     def score(self, example: Example, output_text: str) -> float:
         """1.0 if the output is a solved grid that keeps every given, else 0.0."""
