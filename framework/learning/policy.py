@@ -70,13 +70,34 @@ def save_policy(net: "PolicyNet | WindowPolicyNet", path: "str | os.PathLike", *
     return path
 
 
-def load_policy(path: "str | os.PathLike") -> Policy:
-    """Read a policy file; a missing file raises FileNotFoundError, a bad one PolicyFileError."""
+#: policies that ship with the package, loaded by their name (``--set policy=sudoku9-set``)
+PACKAGED_POLICIES = Path(__file__).resolve().parent / "policies"
+
+
+def packaged_policies() -> list[str]:
+    """Names of the policies that ship with the package."""
+    return sorted(p.stem for p in PACKAGED_POLICIES.glob("*.pt"))
+
+
+def resolve_policy(path: "str | os.PathLike") -> Path:
+    """A policy file: ``path`` itself when it is a file, else the packaged policy of that name;
+    FileNotFoundError naming both otherwise."""
     p = Path(path).expanduser()
-    if not p.is_file():
-        raise FileNotFoundError(
-            f"policy file {str(path)!r} not found; train one with 'adec train-controller --task TASK' "
-            f"(it writes mlp.pt, logreg.pt or transformer.pt under {DEFAULT_OUT}/TASK-MODEL[-dagger|-rl]/)")
+    if p.is_file():
+        return p
+    packaged = PACKAGED_POLICIES / f"{path}.pt"
+    if packaged.is_file():
+        return packaged
+    raise FileNotFoundError(
+        f"policy file {str(path)!r} not found; train one with 'adec train-controller --task TASK' "
+        f"(it writes mlp.pt, logreg.pt or transformer.pt under {DEFAULT_OUT}/TASK-MODEL[-dagger|-rl]/), "
+        f"or name a packaged policy: {', '.join(packaged_policies()) or '(none)'}")
+
+
+def load_policy(path: "str | os.PathLike") -> Policy:
+    """Read a policy file (or a packaged policy by name); a missing file raises FileNotFoundError, a
+    bad one PolicyFileError."""
+    p = resolve_policy(path)
     st = p.stat()
     return _load_cached(str(p.resolve()), st.st_mtime_ns, st.st_size)
 

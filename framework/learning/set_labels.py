@@ -51,6 +51,11 @@ def greedy_safe_set(check: Check, generation: Sequence[int], mask_id: int,
                             "(Task.completable returned None); set labels need a task that implements it")
     if not start:
         return None
+    together = list(tokens), list(committed)
+    for pos, tok in candidates:
+        together[0][pos], together[1][pos] = int(tok), True
+    if check(*together):  # the whole ranking is jointly safe: one check instead of one per candidate
+        return [True] * len(candidates)
     keep = []
     for pos, tok in candidates:
         old = tokens[pos]

@@ -184,3 +184,13 @@ def test_the_tasks_verifiers_of_partial_answers():
         get_task("addition"), get_task("addition").examples("test", 1)[0]))
     text = get_task("text")
     assert text.completable(text.examples("test", 1)[0], [0], [True]) is None  # no verifier: cannot tell
+
+
+def test_the_set_bound_commits_one_word_per_slot_then_the_rest():
+    """experiments/studies/set_bound.py's hindsight controller on the pairs toy: the commas and one
+    word of each slot in the first forward, their partners in the second, every answer coherent."""
+    from experiments.studies.set_bound import HindsightSet
+
+    res = decode(pairs_toy(), [[5]] * 3, HindsightSet([check] * 3), DecodeConfig(gen_length=G, block_length=G))
+    assert res.nfe.tolist() == [2] * 3 and all(check(r, [True] * G) for r in res.generated.tolist())
+    assert res.generated[:, 0].tolist() == [MODES[0][0]] * 3  # the first-ranked word is the model's own x0
