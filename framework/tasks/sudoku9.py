@@ -29,6 +29,8 @@ from framework.tasks.vocab import VOCAB
 
 #: givens of the training puzzles (uniform), wide enough to cover every test variant
 TRAIN_GIVENS: tuple[int, int] = (17, 50)
+#: search nodes :meth:`Sudoku9Task.completable` gives the solver before it answers no
+SOLVER_NODES = 2000
 _EXAMPLES: dict[tuple, list[Example]] = {}
 
 
@@ -122,10 +124,10 @@ class Sudoku9Task(Task):
         return {i: int(c) for i, c in enumerate(cells) if c != "."}
 
     def completable(self, example: Example, tokens: Sequence[int], committed: Sequence[bool]) -> Optional[bool]:
-        """The committed digits (with the givens) still admit a solution: a carved unique puzzle's
-        committed cells equal its solution; any other puzzle's grid (open test puzzles, the random-givens
-        training puzzles) is solved by :func:`solve` (one solution is enough). A committed non-digit is
-        never completable."""
+        """The committed digits (with the givens) still admit a solution: they agree with the answer,
+        or (any puzzle but a carved unique one, whose one solution is the answer) :func:`solve` finds a
+        solution within :data:`SOLVER_NODES` search nodes (past them the answer is no: conservative,
+        for labels). A committed non-digit is never completable."""
         grid = [0] * CELLS
         for i, given in (example.meta.get("givens") or self.parse_givens(example.prompt)).items():
             grid[int(i)] = int(given)
@@ -135,9 +137,12 @@ class Sudoku9Task(Task):
                 if len(text) != 1 or text not in "123456789" or grid[i] not in (0, int(text)):
                     return False
                 grid[i] = int(text)
+        answer = fold_whitespace(example.answer).replace(" ", "")
+        if all(g == int(a) for g, a in zip(grid, answer) if g):  # the answer itself completes it
+            return True
         if "grade" in example.meta:  # a carved puzzle: its one solution is the answer
-            return all(g == int(a) for g, a in zip(grid, fold_whitespace(example.answer).replace(" ", "")) if g)
-        return solve(grid, limit=1)[0] >= 1
+            return False
+        return solve(grid, limit=1, max_nodes=SOLVER_NODES)[0] >= 1
 
     def score(self, example: Example, output_text: str) -> float:
         """1.0 if the output is a solved grid that keeps every given, else 0.0."""

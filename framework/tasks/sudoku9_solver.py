@@ -76,11 +76,17 @@ def _masks(grid: Sequence[int]) -> Optional[tuple[list[int], list[int], list[int
     return rows, cols, boxes
 
 
-def solve(grid: Sequence[int], limit: int = 2, rng: Optional[random.Random] = None) -> tuple[int, Optional[tuple[int, ...]]]:
+class _OutOfNodes(Exception):
+    pass
+
+
+def solve(grid: Sequence[int], limit: int = 2, rng: Optional[random.Random] = None,
+          max_nodes: Optional[int] = None) -> tuple[int, Optional[tuple[int, ...]]]:
     """``(number of solutions found, up to limit; the first solution or None)``.
 
     Depth-first search that always branches on the empty cell with the fewest candidates; with
     ``rng`` the digits are tried in random order (a random full grid is ``solve([0] * 81, 1, rng)``).
+    ``max_nodes`` bounds the search: past it, the solutions found so far are returned.
     """
     masks = _masks(grid)
     if masks is None:
@@ -92,8 +98,13 @@ def solve(grid: Sequence[int], limit: int = 2, rng: Optional[random.Random] = No
     found: list[tuple[int, ...]] = []
     count = 0
 
+    nodes = [0]
+
     def search() -> None:
         nonlocal count
+        nodes[0] += 1
+        if max_nodes is not None and nodes[0] > max_nodes:
+            raise _OutOfNodes
         best, best_mask, best_n = -1, 0, 10
         for i in empty:
             if g[i]:
@@ -130,7 +141,10 @@ def solve(grid: Sequence[int], limit: int = 2, rng: Optional[random.Random] = No
             if count >= limit:
                 return
 
-    search()
+    try:
+        search()
+    except _OutOfNodes:
+        pass
     return count, (found[0] if found else None)
 
 
