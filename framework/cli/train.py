@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import Any
 
 EPILOG = """\
 The model is trained with the masked-diffusion loss (MDLM/LLaDA: answer positions masked with
@@ -30,7 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Train a tiny bidirectional masked denoiser on one built-in task (CPU, Lightning).",
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--task", required=True, help=f"task to train on: {', '.join(TASKS.names())}")
+    p.add_argument("--task", required=True, help=f"task to train on: {', '.join(trainable_tasks(TASKS))}")
     p.add_argument("--minutes", type=float, default=None,
                    help="wall-time budget of training (default: the task's recipe, about 10)")
     p.add_argument("--max-steps", type=int, default=None, help="step budget (default: the task's recipe)")
@@ -49,6 +50,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def trainable_tasks(tasks: Any) -> list[str]:
+    """The registered tasks a tiny denoiser can be trained on: those with a built-in model (the
+    ``data`` and ``lm_eval`` tasks run on the researcher's own model)."""
+    from framework.models.zoo import MODELS, TEXT_MODEL
+
+    def builtin(name: str) -> bool:
+        model = vars(tasks.get(name)).get("model_name") or f"tiny-{name}"
+        return model in MODELS or model == TEXT_MODEL
+
+    return [n for n in tasks.names() if builtin(n)]
+
+
 def _runs_dir(task: str) -> Path:
     import time
 
@@ -63,6 +76,13 @@ def run(args: argparse.Namespace) -> int:
     from framework.training.masked_diffusion import train_denoiser
     from framework.training.zoo import MODELS
 
+    from framework.cli.errors import CLIError
+    from framework.tasks.base import TASKS
+
+    if args.task in TASKS and args.task not in trainable_tasks(TASKS):
+        raise CLIError(f"--task {args.task}: this task has no vocabulary of its own (it runs on your model "
+                       f"with your model's tokenizer), so there is no tiny denoiser to train for it; "
+                       f"allowed: {', '.join(trainable_tasks(TASKS))}")
     task = get_task(args.task)  # unknown task: lists the known ones
     cache_entry = None
     if args.out:

@@ -201,3 +201,9 @@ def test_a_bad_tune_mapping_fails_when_the_file_is_read(tmp_path, tune, message)
                                    "strategies": [{"controller": "margin_topk", "tune": tune}]}))
     with pytest.raises(ExperimentError, match=message):
         load_experiment(str(exp))
+
+
+def test_train_denoiser_refuses_the_tasks_that_run_on_your_own_model(capsys):
+    assert main(["train-denoiser", "--task", "data"]) == 2
+    err = capsys.readouterr().err
+    assert "--task data: this task has no vocabulary of its own" in err and "allowed: addition, pairs" in err
