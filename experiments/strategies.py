@@ -7,7 +7,7 @@ number of steps) are given as fractions of the generation length and resolved pe
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Optional
 
 
 @dataclass(frozen=True)
@@ -16,6 +16,15 @@ class Strategy:
     controller: str
     params: dict = field(default_factory=dict)
     decode: dict = field(default_factory=dict)
+    #: :class:`framework.engine.lookahead.Lookahead` options (``None``: no lookahead)
+    lookahead: Optional[dict] = None
+    #: the tasks this strategy is for (``None``: every task), e.g. a rules verifier's or a policy's
+    tasks: Optional[tuple[str, ...]] = None
+    #: the row's kind when the controller's own does not say it (a packaged learned policy, a lookahead)
+    kind: Optional[str] = None
+
+    def applies_to(self, task: str) -> bool:
+        return self.tasks is None or task in self.tasks
 
     def resolve(self, gen_length: int, block_length: int) -> dict[str, Any]:
         """Controller parameters with ``steps_per_token`` turned into LLaDA/Dream ``steps``."""
@@ -47,7 +56,9 @@ BASELINES: tuple[Strategy, ...] = (
 # controllers/stability.py); benchmark.yaml runs it with the other heuristics as temporal_stability.
 
 #: the README's main job (``adec bench``): a few rows a newcomer should see: the reference, random
-#: and confidence orders at four tokens per forward, two thresholds, EB, and the oracle
+#: and confidence orders at four tokens per forward, two thresholds, EB, this project's three kinds
+#: of controller (a heuristic rule, the packaged learned policy and the escalating rules-verifier
+#: lookahead, the last two on Sudoku only), and the oracle
 NEWCOMER: tuple[Strategy, ...] = (
     Strategy("sequential (1 token/step)", "sequential"),
     Strategy("llada_random (G/4 steps)", "llada_random", {"steps_per_token": 0.25}),
@@ -56,6 +67,13 @@ NEWCOMER: tuple[Strategy, ...] = (
     Strategy("eb (γ=0.1)", "eb", {"gamma": 0.1}),
     Strategy("fast_dllm (τ=0.9)", "fast_dllm", {"threshold": 0.9}),
     Strategy("fast_dllm (τ=0.99)", "fast_dllm", {"threshold": 0.99}),
+    Strategy("margin_topk (η=0.99)", "margin_topk", {"eta": 0.99}),
+    Strategy("learned (τ=0.9999)", "learned", {"policy": "sudoku9-set", "threshold": 0.9999},
+             tasks=("sudoku9",)),
+    Strategy("margin_topk + rules verifier (escalate 0.99)", "confidence_ladder",
+             {"base": {"name": "margin_topk", "params": {"eta": 0.9}}, "depth_high": 64, "depth_mid": 64,
+              "d_max": 64},
+             lookahead={"scorer": "sudoku_rules", "escalate": [0.99]}, tasks=("sudoku9",), kind="heuristic"),
     Strategy("oracle", "oracle"),
 )
 

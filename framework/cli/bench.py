@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import Any
 
 from framework.cli.options import (
     MODEL_HELP,
@@ -59,6 +60,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--json", metavar="PATH", help="also write the rows as JSON here")
     p.add_argument("--eos-pairs", action="store_true",
                    help="also run strategies with end-of-text fill (eos_fill=true) to show its NFE saving")
+    p.add_argument("--plot", metavar="PATH", default=None,
+                   help="the PNG of accuracy against tokens per forward (default: runs/bench/TASK.png)")
+    p.add_argument("--no-plot", action="store_true", help="write no PNG")
     p.set_defaults(func=run)
 
 
@@ -95,7 +99,7 @@ def run(args: argparse.Namespace) -> int:
             name, params = parse_controller_arg(text)
             strategies.append(Strategy(text, name, params))
     else:
-        strategies = list(NEWCOMER if args.suite == "newcomer" else BASELINES)
+        strategies = [s for s in (NEWCOMER if args.suite == "newcomer" else BASELINES) if s.applies_to(task.name)]
         strategies += list(EOS_PAIRS) if args.eos_pairs else []
     rows = []
     print(f"task={task.name} model={loaded.name} n={args.n} G={config.gen_length} "
@@ -106,10 +110,10 @@ def run(args: argparse.Namespace) -> int:
     for s in strategies:
         ctrl = build_controller(s.controller, **s.resolve(config.gen_length, config.effective_block_length))
         cfg = DecodeConfig.build(**{**config.get_params(), **s.decode}) if s.decode else config
-        res = evaluate(loaded, task, ctrl, cfg, strategy=s.label, n=args.n,
-                       batch_size=args.batch_size, repeats=args.repeats)
+        res = evaluate(loaded, task, ctrl, cfg, strategy=s.label, n=args.n, batch_size=args.batch_size,
+                       repeats=args.repeats, lookahead=_lookahead(s))
         row = res.row()
-        row["kind"] = getattr(ctrl, "kind", "")
+        row.update(kind=s.kind or getattr(ctrl, "kind", ""), lookahead=s.lookahead)
         rows.append(row)
         print(f"{s.label:<30} {res.accuracy:>6.3f} {res.nfe:>7.2f} {res.tpf:>8.2f} {res.ms_per_token:>8.3f} "
               f"{res.peak_mem_mb:>8.1f} {res.extra['loop_overhead_ratio']:>9.3f}")
@@ -118,7 +122,32 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=2)
+    if not args.no_plot:
+        path = plot_rows(rows, args.plot or f"runs/bench/{task.name}.png",
+                         f"{task.name} on {loaded.name}: {args.n} test examples, G={config.gen_length}")
+        print(f"plot: {path}", file=sys.stderr)
     return 0
+
+
+def _lookahead(strategy: Any) -> Any:
+    """The strategy's :class:`framework.engine.lookahead.Lookahead` (the evaluation hands its scorers
+    the tokenizer, the prompts and the task's meta), or ``None``."""
+    if not strategy.lookahead:
+        return None
+    from framework.engine.lookahead import Lookahead
+
+    return Lookahead.build(**strategy.lookahead)
+
+
+def plot_rows(rows: list[dict], path: str, title: str) -> Any:
+    """The bench table as a PNG of accuracy against tokens per forward (the report's plot)."""
+    from pathlib import Path
+
+    from experiments.plots import plot_task
+
+    shown = [{**r, "quality": r["accuracy"], "quality_metric": "accuracy", "higher_is_better": True,
+              "curve": None, "lookahead": bool(r.get("lookahead"))} for r in rows]
+    return plot_task(shown, Path(path), title)
 
 
 def reading(rows: list[dict], tolerance: float = 0.01) -> str:

@@ -56,7 +56,7 @@ from framework.learning.nets import PolicyNet, build_net
 from framework.learning.rollouts import RolloutDataset
 from framework.learning.windows import Windows, as_windows
 
-DEFAULT_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999)
+DEFAULT_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9995, 0.9999)
 
 
 # ---------------------------------------------------------------------- training

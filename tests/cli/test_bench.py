@@ -22,3 +22,32 @@ def test_reading_names_the_fastest_matched_strategy_and_the_oracles_room():
 def test_reading_without_a_match_or_a_reference():
     assert "no parallel strategy stays within" in reading([_row("s", "reference", 0.9, 1.0), _row("c", "baseline", 0.1, 5.0)])
     assert "no one-token-per-step reference" in reading([_row("c", "baseline", 0.1, 5.0)])
+
+
+def test_the_newcomer_suite_builds_on_sudoku9_with_its_packaged_policy_and_lookahead():
+    """Every row of the main job's suite builds for the default task: the packaged learned policy
+    loads by name and the rules-verifier lookahead validates (no decoding here)."""
+    from experiments.strategies import NEWCOMER
+    from framework.cli.bench import _lookahead
+    from framework.engine.controller_io import build_controller
+
+    rows = [s for s in NEWCOMER if s.applies_to("sudoku9")]
+    kinds = set()
+    for s in rows:
+        ctrl = build_controller(s.controller, **s.resolve(81, 81))
+        kinds.add(s.kind or ctrl.kind)
+        look = _lookahead(s)
+        assert (look is None) == (s.lookahead is None)
+    assert {"reference", "baseline", "heuristic", "learned", "oracle"} <= kinds
+    assert [s.label for s in NEWCOMER if not s.applies_to("phrases")] == [
+        "learned (τ=0.9999)", "margin_topk + rules verifier (escalate 0.99)"]
+
+
+def test_bench_writes_the_accuracy_against_tokens_per_forward_plot(tmp_path, capsys):
+    from framework.cli.main import main
+
+    png = tmp_path / "bench.png"
+    assert main(["bench", "--controller", "sequential", "--controller", "fast_dllm:threshold=0.9",
+                 "--n", "2", "--plot", str(png), "--device", "cpu"]) == 0
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert f"plot: {png}" in capsys.readouterr().err
