@@ -68,7 +68,7 @@ NEWCOMER: tuple[Strategy, ...] = (
     Strategy("fast_dllm (τ=0.9)", "fast_dllm", {"threshold": 0.9}),
     Strategy("fast_dllm (τ=0.99)", "fast_dllm", {"threshold": 0.99}),
     Strategy("margin_topk (η=0.99)", "margin_topk", {"eta": 0.99}),
-    Strategy("learned (τ=0.9999)", "learned", {"policy": "sudoku9-set", "threshold": 0.9999},
+    Strategy("learned (τ=0.993)", "learned", {"policy": "sudoku9-set", "threshold": 0.993},
              tasks=("sudoku9",)),
     Strategy("margin_topk + rules verifier (escalate 0.99)", "confidence_ladder",
              {"base": {"name": "margin_topk", "params": {"eta": 0.9}}, "depth_high": 64, "depth_mid": 64,

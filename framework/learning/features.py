@@ -1,7 +1,7 @@
 """The learned policies' feature vector φ per eligible position (:data:`FEATURE_NAMES`).
 
 The first 13 columns describe a position by itself (its confidence, where it lies, how far decoding
-is). The last six expose *dependence*, what a per-position score cannot see: whether the slots
+is). The last seven expose *dependence*, what a per-position score cannot see: whether the slots
 next to it are still guesses, and how confident the nearest other uncertain position of the step's
 window is ("uncertain": eligible with confidence below :data:`UNCERTAIN`). Two uncertain neighbours
 are often the two halves of one choice ("New" / "York"): committing both at once risks "New
@@ -36,6 +36,7 @@ FEATURE_NAMES: tuple[str, ...] = (
     "right_uncertain",     # i + 1 likewise
     "nearest_uncertain_distance",    # |i − j| / W to the nearest other uncertain j of the window, 1 if none
     "nearest_uncertain_confidence",  # that j's confidence, 0 if none
+    "nearest_uncertain_gap",         # p(x0_i) − that confidence, 0 if none: which of two guesses leads
 )
 
 #: below this confidence an eligible position counts as uncertain in the dependence features
@@ -67,8 +68,9 @@ def feature_matrix(f: StepFeatures, gen_length: int) -> torch.Tensor:
 
 
 def dependence_columns(f: StepFeatures) -> list[torch.Tensor]:
-    """The six dependence columns of :data:`FEATURE_NAMES`, each float ``[B, W]``: neighbours' confidence
-    and uncertainty, and the distance to and confidence of the nearest other uncertain position.
+    """The seven dependence columns of :data:`FEATURE_NAMES`, each float ``[B, W]``: neighbours' confidence
+    and uncertainty, and the distance to, confidence of and confidence gap to the nearest other
+    uncertain position.
     Neighbours are found by generation position, so a ragged or padded window is read correctly."""
     el, conf, pos = f.eligible, f.confidence.float(), f.position
     unc = el & (conf < UNCERTAIN)
@@ -86,4 +88,5 @@ def dependence_columns(f: StepFeatures) -> list[torch.Tensor]:
     found = torch.isfinite(nearest)
     near_dist = torch.where(found, nearest / width, torch.ones_like(nearest))
     near_conf = torch.where(found, conf.gather(1, j), torch.zeros_like(nearest))
-    return [neigh_conf[0], neigh_conf[1], neigh_unc[0], neigh_unc[1], near_dist, near_conf]
+    near_gap = torch.where(found, conf - near_conf, torch.zeros_like(nearest))
+    return [neigh_conf[0], neigh_conf[1], neigh_unc[0], neigh_unc[1], near_dist, near_conf, near_gap]

@@ -40,7 +40,7 @@ def test_the_newcomer_suite_builds_on_sudoku9_with_its_packaged_policy_and_looka
         assert (look is None) == (s.lookahead is None)
     assert {"reference", "baseline", "heuristic", "learned", "oracle"} <= kinds
     assert [s.label for s in NEWCOMER if not s.applies_to("phrases")] == [
-        "learned (τ=0.9999)", "margin_topk + rules verifier (escalate 0.99)"]
+        "learned (τ=0.993)", "margin_topk + rules verifier (escalate 0.99)"]
 
 
 def test_bench_writes_the_accuracy_against_tokens_per_forward_plot(tmp_path, capsys):
