@@ -104,7 +104,8 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     print(f"task={task.name} model={loaded.name} n={args.n} G={config.gen_length} "
           f"block={config.effective_block_length} seed={args.seed} repeats={args.repeats}", file=sys.stderr)
-    header = f"{'strategy':<30} {'acc':>6} {'NFE':>7} {'tok/fwd':>8} {'ms/tok':>8} {'peakMB':>8} {'loop/fwd':>9}"
+    width = max([30] + [len(s.label) for s in strategies])
+    header = f"{'strategy':<{width}} {'acc':>6} {'NFE':>7} {'tok/fwd':>8} {'ms/tok':>8} {'peakMB':>8} {'loop/fwd':>9}"
     print(header)
     print("-" * len(header))
     for s in strategies:
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         row = res.row()
         row.update(kind=s.kind or getattr(ctrl, "kind", ""), lookahead=s.lookahead)
         rows.append(row)
-        print(f"{s.label:<30} {res.accuracy:>6.3f} {res.nfe:>7.2f} {res.tpf:>8.2f} {res.ms_per_token:>8.3f} "
+        print(f"{s.label:<{width}} {res.accuracy:>6.3f} {res.nfe:>7.2f} {res.tpf:>8.2f} {res.ms_per_token:>8.3f} "
               f"{res.peak_mem_mb:>8.1f} {res.extra['loop_overhead_ratio']:>9.3f}")
         sys.stdout.flush()
     print(reading(rows))
