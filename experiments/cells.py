@@ -45,6 +45,7 @@ def load_any_model(model: Any, device: str = "cpu") -> Any:
         elif opts:
             from framework.models.hub_loading import load_hub_model
 
+            opts.setdefault("chat", None)  # as load_model and adec decode: the chat template when there is one
             loaded = load_hub_model(name, device=device, **opts)
         elif name.count("/") == 1 and not Path(name).expanduser().exists() and not name.startswith((".",
                                                                                                     "~")):

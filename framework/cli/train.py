@@ -71,13 +71,11 @@ def _runs_dir(task: str) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
+    from framework.cli.errors import CLIError
     from framework.models.saved import model_dir
-    from framework.tasks.base import get_task
+    from framework.tasks.base import TASKS, get_task
     from framework.training.masked_diffusion import train_denoiser
     from framework.training.zoo import MODELS
-
-    from framework.cli.errors import CLIError
-    from framework.tasks.base import TASKS
 
     if args.task in TASKS and args.task not in trainable_tasks(TASKS):
         raise CLIError(f"--task {args.task}: this task has no vocabulary of its own (it runs on your model "

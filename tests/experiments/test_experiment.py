@@ -116,13 +116,14 @@ def test_shipped_experiments_validate(name, tmp_path):
     exp = load_experiment(ROOT / "experiments" / "configs" / f"{name}.yaml", overrides=overrides)
     kinds = {c.kind for c in exp.cells()}
     if name == "benchmark":  # the hard tasks: every parallel decoder is a curve of at least two points
-        assert {"reference", "baseline", "heuristic", "oracle"} <= kinds
+        assert {"reference", "baseline", "heuristic", "tuned", "oracle"} <= kinds  # tuned: one point per task
         assert "learned" in {s.kind or _controller_kind(s.controller) for s in exp.strategies}
         curves: dict = {}
         for s in exp.strategies:
             curves.setdefault(s.curve or s.label, []).append(s)
-        singles = {c for c, pts in curves.items() if len(pts) == 1}
+        singles = {c for c, pts in curves.items() if len(pts) == 1 and not pts[0].tune}
         assert singles == {"sequential", "cadllm", "oracle"}
+        assert {s.label for s in exp.strategies if s.tune} == {"margin_topk (tuned)", "entropy_topk (tuned)"}
         assert [p["title"] for p in exp.published] and {t.key for t in exp.tasks} >= {"sudoku9", "phrases"}
     if name == "verified":  # each learned drafter beside itself wrapped, on the same sweep
         points: dict = {}

@@ -114,7 +114,7 @@ def test_train_controller_cli_trains_and_the_policy_decodes(tmp_path, monkeypatc
     cmd.register(parser.add_subparsers())
     out = tmp_path / "policy"
     args = parser.parse_args(["train-controller", "--task", "addition", "--out", str(out), "--n-train", "96",
-                              "--n-val", "24", "--n-test", "32", "--max-epochs", "6", "--hidden", "16",
+                              "--n-val", "24", "--n-test", "32", "--max-epochs", "12", "--hidden", "16",
                               "--wandb", "disabled", "--task-param", "digits=2"])
     assert args.func(args) == 0
     printed = capsys.readouterr().out
