@@ -18,7 +18,6 @@ run resumes the study, a finished one reuses the point, and every seed's cell us
 
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
@@ -64,8 +63,9 @@ def check_tune(raw: Any, cls: Optional[type], fixed: dict) -> tuple[Optional[dic
 
 def study_name(cell: Cell) -> str:
     """One study per (strategy, task): a file-safe name from the strategy's label and the task's key."""
-    text = f"{cell.strategy.label}-{cell.task.key}"
-    return (re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "tuned")[:96]
+    from framework.tuning.study import safe_study_name
+
+    return safe_study_name(f"{cell.strategy.label}-{cell.task.key}")[:96]
 
 
 def tuned_cell(cell: Cell, loaded: Any, task: Any, folder: Path, batch_size: int, dist: Any = None) -> Cell:

@@ -53,13 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def trainable_tasks(tasks: Any) -> list[str]:
     """The registered tasks a tiny denoiser can be trained on: those with a built-in model (the
     ``data`` and ``lm_eval`` tasks run on the researcher's own model)."""
-    from framework.models.zoo import MODELS, TEXT_MODEL
+    from framework.models.zoo import builtin_model_of
 
-    def builtin(name: str) -> bool:
-        model = vars(tasks.get(name)).get("model_name") or f"tiny-{name}"
-        return model in MODELS or model == TEXT_MODEL
-
-    return [n for n in tasks.names() if builtin(n)]
+    return [n for n in tasks.names() if builtin_model_of(tasks.get(n), n) is not None]
 
 
 def _runs_dir(task: str) -> Path:

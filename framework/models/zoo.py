@@ -170,12 +170,18 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
     return cast_dtype(loaded, dtype, torch_dtype)
 
 
+def builtin_model_of(task_cls: type, task_name: str) -> Optional[str]:
+    """The built-in model of a task class: its own ``Task.model_name``, else ``tiny-<task>``, when that
+    is a built-in name; ``None`` for a task without one (``data``, ``lm_eval``: the researcher's model)."""
+    name = vars(task_cls).get("model_name") or f"tiny-{task_name}"
+    return name if name in MODELS or name == TEXT_MODEL else None
+
+
 def default_model_name(task: Any) -> str:
-    """The model a workflow runs ``task`` on when none is named: its class's built-in model
-    (``Task.model_name``), else ``tiny-<task>``; a task with neither (``data``, ``lm_eval``: the
-    researcher's own model) fails naming ``--model``."""
-    name = vars(type(task)).get("model_name") or f"tiny-{task.name}"
-    if name not in MODELS and name != TEXT_MODEL:
+    """The model a workflow runs ``task`` on when none is named (:func:`builtin_model_of`); a task
+    without a built-in model fails naming ``--model``."""
+    name = builtin_model_of(type(task), task.name)
+    if name is None:
         from framework.core.params import ParameterError
 
         raise ParameterError(

@@ -103,7 +103,9 @@ class TuneResult:
         return d
 
 
-def _safe_name(text: str) -> str:
+def safe_study_name(text: str) -> str:
+    """A study's name as used for its files: runs of characters other than letters, digits, ``_``,
+    ``.`` and ``-`` become ``-``."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "study"
 
 
@@ -174,7 +176,7 @@ def tune_controller(
         decode=config.get_params(), n_val=n_val, prune_fraction=prune_fraction,
         prune_margin=prune_margin, batch_size=batch_size, data_seed=data_seed, ranges=dict(ranges or {}),
     )
-    study_name = _safe_name(study_name or f"{controller}-{task_obj.name}-{Path(str(model_label)).name}")
+    study_name = safe_study_name(study_name or f"{controller}-{task_obj.name}-{Path(str(model_label)).name}")
     out = Path(out_dir)
     storage_spec, store, study = _open_study(settings, storage, study_name, out, workers)
     reference = _ensure_reference(study, settings, cls, loaded, task_obj, config)
