@@ -16,9 +16,16 @@ By default the folder is the cache entry of the built-in model tiny-TASK (so 'ad
 'adec bench' reuse it); if that entry already exists, a new folder under the cache's runs/ is
 used instead and the cached model is left alone.
 
+With --task-param (a task at another size) or --init-from, the model is not the built-in
+tiny-TASK, so it goes to --out (or a new folder under the cache's runs/), never the cache entry.
+--init-from starts from a trained model of the same size and vocabulary instead of random weights;
+a longer canvas gets its extra position rows from the model's last one, so only they need teaching.
+
 examples:
   adec train-denoiser --task addition
   adec train-denoiser --task sudoku --minutes 5 --wandb disabled --out runs/sudoku
+  adec train-denoiser --task phrases --task-param length=256 --init-from tiny-phrases \\
+      --minutes 8 --lr 5e-4 --out runs/models/tiny-phrases-256
 """
 
 
@@ -32,6 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--task", required=True, help=f"task to train on: {', '.join(trainable_tasks(TASKS))}")
+    p.add_argument("--task-param", dest="task_params", action="append", default=[], metavar="KEY=VALUE",
+                   help="task parameter, repeatable (--task-param length=256); see 'adec list tasks -v'")
+    p.add_argument("--init-from", default=None, metavar="MODEL",
+                   help="start from this trained tiny denoiser (folder or built-in name) of the same size "
+                        "and vocabulary; a longer canvas repeats its last position row")
     p.add_argument("--minutes", type=float, default=None,
                    help="wall-time budget of training (default: the task's recipe, about 10)")
     p.add_argument("--max-steps", type=int, default=None, help="step budget (default: the task's recipe)")
@@ -46,6 +58,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="training batch size (default: the recipe)")
     p.add_argument("--n-test", type=int, default=None,
                    help="test problems the final accuracy is measured on (default: the recipe, 1000)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch threads (default: the idle cores by the load average, at least 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
 
@@ -68,6 +82,7 @@ def _runs_dir(task: str) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
+    from framework.cli.options import parse_task_params
     from framework.models.saved import model_dir
     from framework.tasks.base import TASKS, get_task
     from framework.training.masked_diffusion import train_denoiser
@@ -77,19 +92,21 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--task {args.task}: this task has no vocabulary of its own (it runs on your model "
                        f"with your model's tokenizer), so there is no tiny denoiser to train for it; "
                        f"allowed: {', '.join(trainable_tasks(TASKS))}")
-    task = get_task(args.task)  # unknown task: lists the known ones
+    task = get_task(args.task, **parse_task_params(args.task, args.task_params))  # unknown: lists the known
     cache_entry = None
     if args.out:
         out = Path(args.out)
     else:  # train under runs/, then move into the cache entry if it is still free
         out = _runs_dir(task.name)
         name = f"tiny-{task.name}"
-        if name in MODELS and not model_dir(name).exists():
+        builtin = not args.task_params and args.init_from is None
+        if builtin and name in MODELS and not model_dir(name).exists():
             cache_entry = model_dir(name)
     result = train_denoiser(
         task, max_minutes=args.minutes, max_steps=args.max_steps, model_size=args.size, out_dir=out,
         seed=args.seed, wandb_mode=args.wandb, progress=not args.no_progress, lr=args.lr,
-        batch_size=args.batch_size, n_test=args.n_test,
+        batch_size=args.batch_size, n_test=args.n_test, init_from=args.init_from,
+        num_threads=args.threads,
     )
     path = result.path
     if cache_entry is not None:

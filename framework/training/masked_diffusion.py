@@ -270,6 +270,7 @@ def train_denoiser(
     seed: int = 0,
     wandb_mode: str = "offline",
     progress: bool = True,
+    init_from: "str | os.PathLike | None" = None,
     **overrides: Any,
 ) -> TrainResult:
     """Train a tiny denoiser on ``task``, measure its test exact match, save it as a folder.
@@ -285,6 +286,9 @@ def train_denoiser(
         seed: seeds weights, data and masking.
         wandb_mode: ``offline`` (default), ``online`` or ``disabled`` (no W&B logger at all).
         progress: show the progress bar and the model summary.
+        init_from: a saved tiny denoiser (folder or built-in name) of the same architecture and
+            vocabulary to start from instead of random weights; its position table is grown to this
+            task's canvas by repeating its last row (:func:`framework.training.warm_start.warm_start`).
         overrides: any other :class:`Recipe` field (``lr``, ``batch_size``, ``train_size``,
             ``val_size``, ``val_every``, ``n_test``, ``warmup_steps``, ``weight_decay``, ``eps``),
             plus ``accelerator`` / ``devices`` for the Trainer and ``num_threads`` for torch
@@ -301,6 +305,7 @@ def train_denoiser(
     num_threads = overrides.pop("num_threads", None)
     recipe = resolve_recipe(task_obj, overrides, max_minutes=max_minutes, max_steps=max_steps, model_size=model_size)
     arch = _resolve_size(recipe["size"])
+    source = _init_source(init_from, task_obj) if init_from is not None else None  # fails before any work
     with _torch_threads(int(num_threads) if num_threads else auto_threads()):
         out = Path(out_dir) if out_dir is not None else \
             default_cache_dir() / "runs" / f"{task_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
@@ -313,6 +318,12 @@ def train_denoiser(
             max_steps=recipe["max_steps"],
             max_seconds=None if recipe["max_minutes"] is None else 60.0 * recipe["max_minutes"], eps=recipe["eps"],
         )
+        init_note = None
+        if source is not None:
+            from framework.training.warm_start import warm_start
+
+            added = warm_start(module.denoiser, source, str(init_from))
+            init_note = f"{init_from} (+{added} positions)"
         data = TaskDataModule(task_obj, batch_size=recipe["batch_size"], train_size=recipe["train_size"],
                               val_size=recipe["val_size"], seed=seed)
         wandb_logger = _wandb_logger(out, wandb_mode, task_obj, arch, recipe, seed)
@@ -320,7 +331,24 @@ def train_denoiser(
         _fit(trainer, module, data)
         train_seconds = time.perf_counter() - (module._t0 or t_begin)
         return _test_and_save(out, module, trainer, task_obj, recipe, seed, wandb_logger,
-                              train_seconds=train_seconds, t_begin=t_begin)
+                              train_seconds=train_seconds, t_begin=t_begin, init_from=init_note)
+
+
+def _init_source(init_from: "str | os.PathLike", task: Task) -> TinyDenoiser:
+    """The trained tiny denoiser ``init_from`` names (a folder or built-in name), checked to share
+    ``task``'s vocabulary; a clear :class:`CheckpointError` otherwise."""
+    from framework.models.saved import CheckpointError
+    from framework.models.zoo import load_model
+
+    source = load_model(str(init_from), train_if_missing=False)
+    if not isinstance(source.denoiser, TinyDenoiser):
+        raise CheckpointError(f"--init-from {init_from}: not a tiny denoiser of this framework "
+                              f"({type(source.denoiser).__name__}); allowed: a folder written by train-denoiser "
+                              f"or a built-in name")
+    if source.tokenizer.vocab_size != task.tokenizer.vocab_size:
+        raise CheckpointError(f"--init-from {init_from}: vocabulary of {source.tokenizer.vocab_size} tokens, "
+                              f"task {task.name!r} has {task.tokenizer.vocab_size}")
+    return source.denoiser
 
 
 def resolve_recipe(task: Task, overrides: dict[str, Any], *, max_minutes: Optional[float] = None,
@@ -393,7 +421,8 @@ def _fit(trainer: pl.Trainer, module: MaskedDiffusionLM, data: TaskDataModule) -
 
 
 def _test_and_save(out: Path, module: MaskedDiffusionLM, trainer: pl.Trainer, task: Task, recipe: dict,
-                   seed: int, wandb_logger: Any, *, train_seconds: float, t_begin: float) -> TrainResult:
+                   seed: int, wandb_logger: Any, *, train_seconds: float, t_begin: float,
+                   init_from: Optional[str] = None) -> TrainResult:
     """Measure test exact match one token per step, save the folder, close the W&B run."""
     from framework.models.saved import save_pretrained
 
@@ -407,6 +436,7 @@ def _test_and_save(out: Path, module: MaskedDiffusionLM, trainer: pl.Trainer, ta
         "decoder": "sequential (one token per step)", "val_exact_match": val_acc,
         "steps": int(trainer.global_step), "train_seconds": round(train_seconds, 1),
         "torch_threads": torch.get_num_threads(), "seed": seed,
+        **({"init_from": init_from} if init_from else {}),
     }
     save_pretrained(out, denoiser, task=task, recipe={**recipe, "seed": seed}, metrics=metrics)
     if wandb_logger is not None:
