@@ -1,7 +1,7 @@
 """The learned policies' feature vector φ per eligible position (:data:`FEATURE_NAMES`).
 
 The first 13 columns describe a position by itself (its confidence, where it lies, how far decoding
-is). The last seven expose *dependence*, what a per-position score cannot see: whether the slots
+is). The last eight expose *dependence*, what a per-position score cannot see: whether the slots
 next to it are still guesses, and how confident the nearest other uncertain position of the step's
 window is ("uncertain": eligible with confidence below :data:`UNCERTAIN`). Two uncertain neighbours
 are often the two halves of one choice ("New" / "York"): committing both at once risks "New
@@ -36,7 +36,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "right_uncertain",     # i + 1 likewise
     "nearest_uncertain_distance",    # |i − j| / W to the nearest other uncertain j of the window, 1 if none
     "nearest_uncertain_confidence",  # that j's confidence, 0 if none
-    "nearest_uncertain_gap",         # p(x0_i) − that confidence, 0 if none: which of two guesses leads
+    "nearest_uncertain_gap",         # p(x0_i) − that confidence, 0 if none
+    "nearest_uncertain_leads",       # 1 if p(x0_i) > that confidence or there is none, 0.5 on a tie, else 0
 )
 
 #: below this confidence an eligible position counts as uncertain in the dependence features
@@ -68,9 +69,11 @@ def feature_matrix(f: StepFeatures, gen_length: int) -> torch.Tensor:
 
 
 def dependence_columns(f: StepFeatures) -> list[torch.Tensor]:
-    """The seven dependence columns of :data:`FEATURE_NAMES`, each float ``[B, W]``: neighbours' confidence
+    """The eight dependence columns of :data:`FEATURE_NAMES`, each float ``[B, W]``: neighbours' confidence
     and uncertainty, and the distance to, confidence of and confidence gap to the nearest other
-    uncertain position.
+    uncertain position, and which of the two leads. The gap between two guesses of about 1/3 each is a
+    few thousandths, too small to read once standardised; its sign, the last column, says which
+    guess leads at any size.
     Neighbours are found by generation position, so a ragged or padded window is read correctly."""
     el, conf, pos = f.eligible, f.confidence.float(), f.position
     unc = el & (conf < UNCERTAIN)
@@ -89,4 +92,5 @@ def dependence_columns(f: StepFeatures) -> list[torch.Tensor]:
     near_dist = torch.where(found, nearest / width, torch.ones_like(nearest))
     near_conf = torch.where(found, conf.gather(1, j), torch.zeros_like(nearest))
     near_gap = torch.where(found, conf - near_conf, torch.zeros_like(nearest))
-    return [neigh_conf[0], neigh_conf[1], neigh_unc[0], neigh_unc[1], near_dist, near_conf, near_gap]
+    leads = torch.where(found, (torch.sign(near_gap) + 1.0) / 2.0, torch.ones_like(nearest))
+    return [neigh_conf[0], neigh_conf[1], neigh_unc[0], neigh_unc[1], near_dist, near_conf, near_gap, leads]

@@ -34,12 +34,18 @@ class Policy:
     threshold: float
     path: str
     meta: dict = field(default_factory=dict)
+    #: the columns of :data:`FEATURE_NAMES` this policy reads, in its order (``None``: all of them), so a
+    #: policy trained before a feature was added keeps working
+    columns: Optional[tuple[int, ...]] = None
 
     @torch.no_grad()
     def prob(self, x: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """p(safe) for a window of features ``[B, W, F]`` with its eligible mask ``valid`` ``[B, W]``
-        (per-position kinds ignore it), computed in float64 so batching does not change it."""
+        """p(safe) for a window of features ``[B, W, F]`` (all of :data:`FEATURE_NAMES`) with its
+        eligible mask ``valid`` ``[B, W]`` (per-position kinds ignore it), computed in float64 so
+        batching does not change it."""
         net = self.net if self.net.mean.device == x.device else self.net.to(x.device)
+        if self.columns is not None:
+            x = x[..., list(self.columns)]
         return torch.sigmoid(net(x.double(), valid))
 
 
@@ -115,20 +121,32 @@ def _load_cached(path: str, mtime_ns: int, size: int) -> Policy:
     if blob.get("version") != POLICY_VERSION:
         raise PolicyFileError(f"policy file {path!r} has version {blob.get('version')!r}; this framework "
                               f"reads version {POLICY_VERSION}; retrain it with 'adec train-controller'")
-    if tuple(blob.get("feature_names", ())) != FEATURE_NAMES:
-        raise PolicyFileError(f"policy file {path!r} was trained on features {blob.get('feature_names')}, "
-                              f"not the current {list(FEATURE_NAMES)}; retrain it with 'adec "
-                              f"train-controller'")
+    columns = feature_columns(path, blob.get("feature_names", ()))
     try:
         arch = blob["arch"] if "arch" in blob else {"hidden": blob["hidden"]}
-        net = build_net(str(blob["kind"]), arch)
+        net = build_net(str(blob["kind"]), arch, n_features=len(columns) if columns else len(FEATURE_NAMES))
         net.load_state_dict(blob["state_dict"])
         threshold = float(blob["threshold"])
     except (KeyError, RuntimeError, TypeError, ValueError) as exc:  # build_net names a bad kind
         raise PolicyFileError(f"policy file {path!r} is corrupt ({type(exc).__name__}: "
                               f"{str(exc).splitlines()[0][:200]})") from None
     return Policy(net=net.double().eval(), kind=str(blob["kind"]), threshold=threshold, path=path,
-                  meta=dict(blob.get("meta") or {}))
+                  meta=dict(blob.get("meta") or {}), columns=columns)
+
+
+def feature_columns(path: str, names: "list[str] | tuple[str, ...]") -> Optional[tuple[int, ...]]:
+    """Where a policy file's features sit in :data:`FEATURE_NAMES` (``None`` when they are all of them,
+    in order); a feature this framework no longer computes is a :class:`PolicyFileError`."""
+    names = tuple(names)
+    if names == FEATURE_NAMES:
+        return None
+    unknown = [n for n in names if n not in FEATURE_NAMES]
+    if unknown or not names or names[0] != "confidence":
+        raise PolicyFileError(f"policy file {path!r} was trained on features {list(names)}; "
+                              f"{'unknown: ' + ', '.join(unknown) if unknown else 'confidence must come first'} "
+                              f"(this framework computes {list(FEATURE_NAMES)}); retrain it with "
+                              f"'adec train-controller'")
+    return tuple(FEATURE_NAMES.index(n) for n in names)
 
 
 _TINY_DIR: list[Path] = []

@@ -74,9 +74,9 @@ def test_policy_file_round_trip_and_clear_errors(tmp_path):
     with pytest.raises(PolicyFileError, match="other.pt.*is not an adaptive-decoding.policy file"):
         build_controller("learned", policy=str(tmp_path / "other.pt"))
     blob = torch.load(path, weights_only=True)
-    blob["feature_names"] = ["confidence"]
+    blob["feature_names"] = ["confidence", "a_feature_since_removed"]
     torch.save(blob, tmp_path / "old.pt")
-    with pytest.raises(PolicyFileError, match="old.pt.*trained on features"):
+    with pytest.raises(PolicyFileError, match="old.pt.*trained on features.*unknown: a_feature_since_removed"):
         build_controller("learned", policy=str(tmp_path / "old.pt"))
     with pytest.raises(ParameterError, match="holds a mlp policy, not logreg; use --controller learned"):
         build_controller("logreg", policy=str(path))
@@ -84,6 +84,23 @@ def test_policy_file_round_trip_and_clear_errors(tmp_path):
         build_controller("learned")
     with pytest.raises(ParameterError, match=r"learned.threshold=1.5 is out of range"):
         build_controller("learned", policy=str(path), threshold=1.5)
+
+
+def test_a_policy_trained_before_a_feature_was_added_reads_its_own_columns(tmp_path):
+    """A file whose feature list is a subset of today's (in another order too) is fed exactly those
+    columns, in its order; the packaged policies were trained on 20 of today's columns."""
+    names = [FEATURE_NAMES[0], FEATURE_NAMES[5], FEATURE_NAMES[2]]
+    net = PolicyNet(3, (4,))
+    path = save_policy(net, tmp_path / "p.pt", kind="mlp", threshold=0.6)
+    blob = torch.load(path, weights_only=True)
+    blob["feature_names"] = names
+    torch.save(blob, tmp_path / "subset.pt")
+    pol = load_policy(tmp_path / "subset.pt")
+    assert pol.columns == (0, 5, 2)
+    x = torch.randn(2, 7, len(FEATURE_NAMES))
+    assert torch.allclose(pol.prob(x), torch.sigmoid(net(x[..., [0, 5, 2]])).double(), atol=1e-6)
+    for name in ("sudoku9-set", "phrases-set-window"):
+        assert load_policy(name).columns == (tuple(range(20)) if name == "sudoku9-set" else None)
 
 
 def test_threshold_decides_exactly_what_is_committed():

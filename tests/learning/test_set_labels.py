@@ -158,6 +158,22 @@ def test_dependence_features_equal_their_no_cache_values_under_every_cache_mode(
     assert runs["none"][2][:, dep].abs().sum() > 0  # the features are not all zero here
 
 
+def test_which_of_two_guesses_leads_is_a_column_of_its_own():
+    """The nearest other uncertain position (confidence < 0.9) and who leads: 1 ahead, 0 behind, 0.5
+    on a tie, 1 with no other uncertain position; a gap of 0.05 reads the same as one of 0.59."""
+    from types import SimpleNamespace
+
+    from framework.learning.features import dependence_columns
+
+    conf = torch.tensor([[0.99, 0.40, 0.35, 0.99, 0.30, 0.30], [0.99, 0.50, 0.99, 0.99, 0.99, 0.99]])
+    f = SimpleNamespace(eligible=torch.ones_like(conf, dtype=torch.bool), confidence=conf,
+                        position=torch.arange(6).expand(2, 6))
+    cols = dict(zip(FEATURE_NAMES[-8:], dependence_columns(f)))
+    assert cols["nearest_uncertain_leads"].tolist() == [[1.0, 1.0, 0.0, 1.0, 0.5, 0.5], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]]
+    assert torch.allclose(cols["nearest_uncertain_gap"][0], torch.tensor([0.59, 0.05, -0.05, 0.64, 0.0, 0.0]))
+    assert torch.allclose(cols["nearest_uncertain_distance"][1], torch.tensor([1, 6, 1, 2, 3, 4]) / 6.0)
+
+
 def test_the_tasks_verifiers_of_partial_answers():
     from framework.tasks.base import get_task
     from framework.tasks.pairs import PAIR_GROUPS
