@@ -85,17 +85,20 @@ def _inner_curve(curve: str, row: dict, by_curve: dict[str, list[dict]]) -> Opti
     return None
 
 
-def _best_acc_within(base: Sequence[dict], nfe: float) -> Optional[dict]:
+def best_accuracy_within(base: Sequence[dict], nfe: float) -> Optional[dict]:
+    """The point of ``base`` with the best accuracy among those with NFE ≤ ``nfe`` (fewer NFE on a tie)."""
     pts = [p for p in base if p["nfe"] <= nfe + 1e-9]
     return max(pts, key=lambda p: (p["accuracy"], -p["nfe"])) if pts else None
 
 
-def _best_tpf_reaching(base: Sequence[dict], acc: float) -> Optional[dict]:
+def most_tpf_reaching(base: Sequence[dict], acc: float) -> Optional[dict]:
+    """The point of ``base`` with the most tokens per forward among those with accuracy ≥ ``acc``."""
     pts = [p for p in base if p["accuracy"] >= acc - 1e-9]
     return max(pts, key=lambda p: (p["tpf"], p["accuracy"])) if pts else None
 
 
-def _least_nfe_reaching(base: Sequence[dict], acc: float) -> Optional[dict]:
+def fewest_nfe_reaching(base: Sequence[dict], acc: float) -> Optional[dict]:
+    """The point of ``base`` with the fewest mean NFE among those with accuracy ≥ ``acc``."""
     pts = [p for p in base if p["accuracy"] >= acc - 1e-9 and p["nfe"]]
     return min(pts, key=lambda p: (p["nfe"], -p["accuracy"])) if pts else None
 
@@ -115,9 +118,9 @@ def compare(rows: Sequence[dict], aups: Optional[dict] = None) -> dict[str, Any]
             continue  # e.g. "fast_dllm + eos_fill": a variant, but neither lookahead nor revocable
         kind = "lookahead" if looks else "revocable"
         for p in sorted(pts, key=lambda q: q["tpf"]):
-            eq_nfe = _best_acc_within(by_curve[base], p["nfe"])
-            eq_acc = _best_tpf_reaching(by_curve[base], p["accuracy"])
-            fewest = _least_nfe_reaching(by_curve[base], p["accuracy"])
+            eq_nfe = best_accuracy_within(by_curve[base], p["nfe"])
+            eq_acc = most_tpf_reaching(by_curve[base], p["accuracy"])
+            fewest = fewest_nfe_reaching(by_curve[base], p["accuracy"])
             points.append({
                 "variant": p["strategy"], "curve": curve, "base": base, "kind": kind,
                 "accuracy": p["accuracy"], "nfe": p["nfe"], "tpf": p["tpf"],

@@ -16,16 +16,19 @@ averaged over seeds (peak memory: the maximum). Per task the report shows
   the headline counts the tasks that meet both;
 * lookahead and revocable decoding against the same controller without them
   (:mod:`experiments.against_base`): accuracy at equal NFE, tokens per forward at equal accuracy,
-  and the lookahead targets (a gain on three tasks, never more than 1 point below at equal NFE).
+  and the lookahead targets (a gain on three tasks, never more than 1 point below at equal NFE);
+* every learned and lookahead point against the best non-learned curve (:mod:`experiments.against_best`),
+  at equal NFE and at equal accuracy.
 
 ``docs/benchmark.json`` is ``{"rows": [...], "tasks": {...}}``: ``rows`` are objects with at least
 ``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
 ``ms_per_token``, ``peak_mem_mb``, ``aup`` (its curve's); ``tasks`` maps each task's name (``exp /
 task`` when several experiments are reported) to ``{"experiment", "task", "quality_metric",
 "y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched",
-"against_base"}``
+"against_base", "against_best"}``
 (``matched``: :func:`experiments.matched.matched_points`; ``against_base``:
-:func:`experiments.against_base.compare`); ``matched`` counts the tasks meeting the targets
+:func:`experiments.against_base.compare`; ``against_best``: :func:`experiments.against_best.against_best`,
+every learned and lookahead point against the best non-learned curve); ``matched`` counts the tasks meeting the targets
 (:func:`experiments.matched.matched_summary`); ``published`` lists
 the experiment files' ``published`` tables (:mod:`experiments.published`), shown in the markdown after
 the headline: ``{"experiment", "title", "source", "note", "columns": {title: task}, "rows": [{"label",
@@ -45,6 +48,7 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from experiments.against_base import compare, compare_markdown, compare_summary
+from experiments.against_best import against_best, against_best_markdown
 from experiments.aup import task_aup
 from experiments.matched import matched_markdown, matched_points, matched_summary, summary_line
 from experiments.plots import KIND_COLOURS, KIND_ORDER, curves_of, pareto_front, plot_task, quality_label
@@ -330,6 +334,7 @@ def _headline_markdown(by_task: "OrderedDict[tuple[str, str], list[dict]]",
             r["aup"] = scores["aup"].get(r["curve"])
         scores["matched"] = matched_points(trows, scores["aup"])
         scores["against_base"] = compare(trows, scores["aup"])
+        scores["against_best"] = against_best(trows)
         oracles = {r["curve"] for r in trows if r["kind"] == "oracle"}
         best_aup = max(((c, v) for c, v in scores["aup"].items() if c not in oracles), key=lambda kv: kv[1],
                        default=None)
@@ -357,6 +362,7 @@ def _task_section(name: str, slug: str, trows: list[dict], scores: dict,
     md += _task_table(trows)
     md += matched_markdown(name, scores["matched"], trows[0]["quality_metric"])
     md += compare_markdown(name, scores["against_base"])
+    md += against_best_markdown(name, scores["against_best"])
     return md, png
 
 
