@@ -41,6 +41,9 @@ def test_the_newcomer_suite_builds_on_sudoku9_with_its_packaged_policy_and_looka
     assert {"reference", "baseline", "heuristic", "learned", "oracle"} <= kinds
     assert [s.label for s in NEWCOMER if not s.applies_to("phrases")] == [
         "learned (τ=0.993)", "margin_topk + rules verifier (escalate 0.99)"]
+    phrases_only = [s for s in NEWCOMER if not s.applies_to("sudoku9")]
+    assert [s.label for s in phrases_only] == ["learned window (τ=0.98)"]
+    assert build_controller(phrases_only[0].controller, **phrases_only[0].resolve(128, 32)).kind == "learned"
 
 
 def test_bench_writes_the_accuracy_against_tokens_per_forward_plot(tmp_path, capsys):
