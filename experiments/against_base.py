@@ -103,6 +103,25 @@ def fewest_nfe_reaching(base: Sequence[dict], acc: float) -> Optional[dict]:
     return min(pts, key=lambda p: (p["nfe"], -p["accuracy"])) if pts else None
 
 
+def match_point(p: dict, pool: Sequence[dict], name: str) -> dict[str, Any]:
+    """Point ``p`` against the points of ``pool``, unmatched by interpolation: ``{name}_at_nfe`` (the
+    pool's best accuracy with NFE ≤ p's) with its ``{name}_acc_at_nfe`` and ``delta_points``;
+    ``{name}_at_acc`` (the pool's most tokens per forward with accuracy ≥ p's) with its
+    ``{name}_tpf_at_acc`` and ``tpf_ratio``; ``nfe_ratio``, the pool's fewest mean NFE reaching p's
+    accuracy over p's. ``None`` where the pool has no such point."""
+    at_nfe, at_acc = best_accuracy_within(pool, p["nfe"]), most_tpf_reaching(pool, p["accuracy"])
+    fewest = fewest_nfe_reaching(pool, p["accuracy"])
+    return {
+        f"{name}_at_nfe": at_nfe["strategy"] if at_nfe else None,
+        f"{name}_acc_at_nfe": at_nfe["accuracy"] if at_nfe else None,
+        "delta_points": 100.0 * (p["accuracy"] - at_nfe["accuracy"]) if at_nfe else None,
+        f"{name}_at_acc": at_acc["strategy"] if at_acc else None,
+        f"{name}_tpf_at_acc": at_acc["tpf"] if at_acc else None,
+        "tpf_ratio": p["tpf"] / at_acc["tpf"] if at_acc and at_acc["tpf"] else None,
+        "nfe_ratio": fewest["nfe"] / p["nfe"] if fewest and p["nfe"] else None,
+    }
+
+
 def compare(rows: Sequence[dict], aups: Optional[dict] = None) -> dict[str, Any]:
     """One task's comparison: ``{"points": [...], "targets": {...}}`` (rows of one task)."""
     aups = aups or {}
@@ -118,20 +137,9 @@ def compare(rows: Sequence[dict], aups: Optional[dict] = None) -> dict[str, Any]
             continue  # e.g. "fast_dllm + eos_fill": a variant, but neither lookahead nor revocable
         kind = "lookahead" if looks else "revocable"
         for p in sorted(pts, key=lambda q: q["tpf"]):
-            eq_nfe = best_accuracy_within(by_curve[base], p["nfe"])
-            eq_acc = most_tpf_reaching(by_curve[base], p["accuracy"])
-            fewest = fewest_nfe_reaching(by_curve[base], p["accuracy"])
-            points.append({
-                "variant": p["strategy"], "curve": curve, "base": base, "kind": kind,
-                "accuracy": p["accuracy"], "nfe": p["nfe"], "tpf": p["tpf"],
-                "base_at_nfe": eq_nfe["strategy"] if eq_nfe else None,
-                "base_acc_at_nfe": eq_nfe["accuracy"] if eq_nfe else None,
-                "delta_points": 100.0 * (p["accuracy"] - eq_nfe["accuracy"]) if eq_nfe else None,
-                "base_at_acc": eq_acc["strategy"] if eq_acc else None,
-                "base_tpf_at_acc": eq_acc["tpf"] if eq_acc else None,
-                "tpf_ratio": p["tpf"] / eq_acc["tpf"] if eq_acc and eq_acc["tpf"] else None,
-                "nfe_ratio": fewest["nfe"] / p["nfe"] if fewest and p["nfe"] else None,
-            })
+            points.append({"variant": p["strategy"], "curve": curve, "base": base, "kind": kind,
+                           "accuracy": p["accuracy"], "nfe": p["nfe"], "tpf": p["tpf"],
+                           **match_point(p, by_curve[base], "base")})
     gains = [q for q in points if (q["delta_points"] or -math.inf) >= GAIN_POINTS - 1e-9
              or min(q["tpf_ratio"] or 0.0, q["nfe_ratio"] or 0.0) >= TPF_RATIO - 1e-9]
     losses = [q for q in points if q["kind"] == "lookahead" and q["delta_points"] is not None

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from experiments.against_base import best_accuracy_within, fewest_nfe_reaching, most_tpf_reaching
+from experiments.against_base import match_point
 from experiments.matched import NON_LEARNED, format_figure
 
 
@@ -31,19 +31,9 @@ def against_best(rows: Sequence[dict]) -> dict[str, Any]:
     pool = [r for r in rows if r.get("kind") in NON_LEARNED and not r.get("lookahead")]
     points = []
     for p in sorted((r for r in rows if is_contender(r)), key=lambda r: (r["curve"], r["tpf"])):
-        at_nfe, at_acc = best_accuracy_within(pool, p["nfe"]), most_tpf_reaching(pool, p["accuracy"])
-        fewest = fewest_nfe_reaching(pool, p["accuracy"])
-        points.append({
-            "strategy": p["strategy"], "curve": p["curve"], "kind": p["kind"], "lookahead": bool(p.get("lookahead")),
-            "accuracy": p["accuracy"], "nfe": p["nfe"], "tpf": p["tpf"],
-            "best_at_nfe": at_nfe["strategy"] if at_nfe else None,
-            "best_acc_at_nfe": at_nfe["accuracy"] if at_nfe else None,
-            "delta_points": 100.0 * (p["accuracy"] - at_nfe["accuracy"]) if at_nfe else None,
-            "best_at_acc": at_acc["strategy"] if at_acc else None,
-            "best_tpf_at_acc": at_acc["tpf"] if at_acc else None,
-            "tpf_ratio": p["tpf"] / at_acc["tpf"] if at_acc and at_acc["tpf"] else None,
-            "nfe_ratio": fewest["nfe"] / p["nfe"] if fewest and p["nfe"] else None,
-        })
+        points.append({"strategy": p["strategy"], "curve": p["curve"], "kind": p["kind"],
+                       "lookahead": bool(p.get("lookahead")), "accuracy": p["accuracy"], "nfe": p["nfe"],
+                       "tpf": p["tpf"], **match_point(p, pool, "best")})
     return {"points": points, "pool": len(pool)}
 
 
