@@ -11,6 +11,11 @@
   confidence ≥ ``threshold`` is committed; of the uncertain ones, each that is more confident than
   every other uncertain position within ``radius`` slots is committed too (one per cluster of
   mutually dependent guesses; the rest become certain once it is fixed).
+* ``peer_nms``: the same over a task's declared constraint structure instead of adjacency: on an
+  n×n Sudoku answer (the ``sudoku`` attention structure of :mod:`framework.models.structure`, cells
+  row-major in the generation), an uncertain cell is committed when it is more confident than every
+  other uncertain cell of its row, column and box (its *peers*), so no two committed guesses
+  constrain each other.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ from functools import lru_cache
 
 import torch
 
-from framework.core.params import Param
+from framework.core.params import Param, ParameterError
+from framework.models.structure import sudoku_peers
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.selection import select_topk
@@ -108,4 +114,43 @@ class NeighbourSuppression(Controller):
             right = torch.nn.functional.pad(score[:, d:], (0, d), value=-1.0)  # the slot d to the right
             left = torch.nn.functional.pad(score[:, :-d], (d, 0), value=-1.0)
             local_max &= (score >= right) & (score > left)  # a tie goes to the leftmost
+        return Decision(commit=certain | local_max | select_topk(f.confidence, f.eligible, 1))
+
+
+@CONTROLLERS.register("peer_nms")
+class PeerSuppression(Controller):
+    """Commit confident cells, plus each uncertain cell more confident than all its uncertain peers."""
+
+    kind = "heuristic"
+    params = {
+        "threshold": Param(float, low=0.0, high=1.0, doc="confidence at which a cell is certain", tune=(0.9, 0.999)),
+        "floor": Param(float, low=0.0, high=1.0, doc="an uncertain cell needs at least this confidence",
+                       tune=(0.0, 0.95)),
+        "grid": Param(int, low=4, doc="the Sudoku's side n (n² answer cells, row-major from generation position 0)"),
+    }
+
+    def __init__(self, threshold: float = 0.99, floor: float = 0.9, grid: int = 9) -> None:
+        self.threshold = threshold
+        self.floor = floor
+        self.grid = grid
+
+    def check_combination(self) -> None:
+        if math.isqrt(int(self.grid)) ** 2 != int(self.grid):
+            raise ParameterError(f"{self.display_name()}.grid={self.grid} is not a square number "
+                                 f"(a Sudoku's side: 4, 9, 16, ...)")
+
+    def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
+        conf = f.confidence.float()
+        certain = f.eligible & (conf >= self.threshold)
+        uncertain = f.eligible & ~certain
+        peers = sudoku_peers(int(self.grid)).to(conf.device)
+        n = peers.shape[0]
+        pos = f.position.clamp(min=0)
+        inside = pos < n
+        cell = pos.clamp(max=n - 1)
+        rival = peers[cell[:, :, None], cell[:, None, :]] & inside[:, :, None] & inside[:, None, :]
+        rival &= uncertain[:, None, :] & (pos[:, :, None] != pos[:, None, :])  # [B, W, W]: i's uncertain peers j
+        ahead = (conf[:, :, None] > conf[:, None, :]) | \
+            ((conf[:, :, None] == conf[:, None, :]) & (pos[:, :, None] < pos[:, None, :]))  # ties: lower cell
+        local_max = uncertain & (conf >= self.floor) & (ahead | ~rival).all(2)
         return Decision(commit=certain | local_max | select_topk(f.confidence, f.eligible, 1))

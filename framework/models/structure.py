@@ -18,6 +18,7 @@ Kinds:
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Optional
 
 import torch
@@ -25,8 +26,11 @@ import torch
 KINDS: tuple[str, ...] = ("sudoku",)
 
 
-def _sudoku_cells(size: int) -> torch.Tensor:
-    """``[C, C]`` bool: cells ``i`` and ``j`` share a row, a column or a box (``C = size²``)."""
+@lru_cache(maxsize=8)
+def sudoku_peers(size: int) -> torch.Tensor:
+    """``[C, C]`` bool: cells ``i`` and ``j`` of a ``size``×``size`` Sudoku, row-major, share a row, a
+    column or a box (``C = size²``; each cell is its own peer); ``ValueError`` for a side that is not
+    a square number."""
     box = math.isqrt(size)
     if box * box != size:
         raise ValueError(f"sudoku structure: size={size} is not a square number (allowed: 4, 9, 16, ...)")
@@ -47,7 +51,7 @@ def structure_mask(structure: Optional[dict], length: int) -> Optional[torch.Ten
     if kind not in KINDS:
         raise ValueError(f"attention structure kind={kind!r} is unknown; allowed: {', '.join(KINDS)}")
     size = int(structure.get("size", 9))
-    cells = _sudoku_cells(size)
+    cells = sudoku_peers(size)
     n = size * size
     cell_of = torch.full((length,), -1, dtype=torch.long)
     for off in structure.get("offsets", [0]):

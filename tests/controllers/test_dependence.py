@@ -102,3 +102,36 @@ def test_neighbour_nms_radius_widens_the_suppression():
     far = build_controller("neighbour_nms", threshold=0.9, radius=2).decide(features(conf), STATE).commit[0]
     assert near.nonzero().squeeze(1).tolist() == [0, 2, 4]
     assert far.nonzero().squeeze(1).tolist() == [0]
+
+
+def peer_features(conf: list[float]):
+    """A 4×4 Sudoku answer's window: cells 0..15 row-major, all eligible, at generation positions 0..15."""
+    f = features([conf])
+    f.position = torch.arange(len(conf))[None]
+    return f
+
+
+def test_peer_nms_commits_each_uncertain_cell_that_leads_its_uncertain_peers():
+    """4×4 grid, boxes 2×2. Certain (≥ 0.99): 15. Uncertain: 0 (0.95) leads its peers (row 0: 1 0.93,
+    column 0: 4, 8, 12, box: 1, 4, 5) and is committed; 1 (0.93) loses to 0; 10 (0.94) leads row 2
+    (8 0.91, 11 0.92), column 2 (2 0.50, 6 0.92, 14 0.90) and box (11, 14) and is committed; 13 (0.97)
+    shares no unit with 0 or 10 and leads its own (12, 14, 9, 5, 1) -> committed; cells below the
+    floor 0.9 never are."""
+    conf = [0.95, 0.93, 0.50, 0.60, 0.91, 0.92, 0.92, 0.40, 0.91, 0.80, 0.94, 0.92, 0.70, 0.97, 0.90, 0.995]
+    ctrl = build_controller("peer_nms", threshold=0.99, floor=0.9, grid=4)
+    commit = ctrl.decide(peer_features(conf), STATE).commit[0].nonzero().squeeze(1).tolist()
+    assert commit == [0, 10, 13, 15]
+
+
+def test_peer_nms_breaks_ties_by_the_lower_cell_and_bad_grids_fail():
+    conf = [0.95] * 16
+    commit = build_controller("peer_nms", threshold=0.99, floor=0.0, grid=4).decide(peer_features(conf), STATE).commit[0]
+    # equal everywhere: a tie goes to the lower cell, so a cell is kept only when none of its peers is
+    # lower; on a 4×4 grid every cell but 0 has a lower peer
+    from framework.models.structure import sudoku_peers
+
+    peers = sudoku_peers(4) & ~torch.eye(16, dtype=torch.bool)
+    expected = [i for i in range(16) if not peers[i, :i].any()]
+    assert commit.nonzero().squeeze(1).tolist() == expected == [0]
+    with pytest.raises(ParameterError, match=r"peer_nms\.grid=5 is not a square number"):
+        build_controller("peer_nms", grid=5)
