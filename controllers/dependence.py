@@ -26,10 +26,10 @@ from functools import lru_cache
 import torch
 
 from framework.core.params import Param, ParameterError
-from framework.models.structure import sudoku_peers
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.selection import select_topk
+from framework.models.structure import sudoku_peers
 
 
 @lru_cache(maxsize=256)
