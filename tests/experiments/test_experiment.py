@@ -108,10 +108,11 @@ def test_missing_tuned_file_is_an_error_or_a_skip_with_its_prepare_command(tmp_p
     assert "skipping strategies[1]" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["smoke", "smoke_benchmark", "benchmark", "transfer", "verified", "verified_confirm", "llada_multigpu"])
+@pytest.mark.parametrize("name", ["smoke", "smoke_benchmark", "benchmark", "transfer", "verified", "verified_confirm", "llada_multigpu",
+                                  "phrases_long"])
 def test_shipped_experiments_validate(name, tmp_path):
     overrides = {"on_missing": "skip"}
-    if name == "llada_multigpu":  # the real checkpoint is not in this machine's cache: a folder stands in
+    if name in ("llada_multigpu", "phrases_long"):  # a checkpoint this machine may not have: a factory stands in
         overrides["model"] = {"factory": "experiments.cells:tiny_model", "kwargs": {"task": "{task}"}}
     exp = load_experiment(ROOT / "experiments" / "configs" / f"{name}.yaml", overrides=overrides)
     kinds = {c.kind for c in exp.cells()}
@@ -125,6 +126,10 @@ def test_shipped_experiments_validate(name, tmp_path):
         assert singles == {"sequential", "cadllm", "oracle"}
         assert {s.label for s in exp.strategies if s.tune} == {"margin_topk (tuned)", "entropy_topk (tuned)"}
         assert [p["title"] for p in exp.published] and {t.key for t in exp.tasks} >= {"sudoku9", "phrases"}
+    if name == "phrases_long":  # the packaged window policy at G = 256, with and without end-of-text prediction
+        assert {t.params.get("length") for t in exp.tasks} == {256}
+        learned = [c for c in exp.cells() if c.kind == "learned"]
+        assert learned and {c.params["policy"] for c in learned} == {"phrases-set-window"}
     if name == "verified":  # each learned drafter beside itself wrapped, on the same sweep
         points: dict = {}
         for s in exp.strategies:
