@@ -147,6 +147,7 @@ def merge_results(parts: Sequence[tuple[list[int], Any]], n: int, gen_length: in
     """One :class:`EvalResult` from the ranks' ``(indices, result)``, samples in the original order."""
     from dataclasses import replace
 
+    from framework.core.measure import tokens_per_forward
     from framework.engine.evaluate import EvalResult
 
     parts = [(idx, r) for idx, r in parts if r is not None and idx]
@@ -174,7 +175,7 @@ def merge_results(parts: Sequence[tuple[list[int], Any]], n: int, gen_length: in
         first, n=n, samples=samples,
         accuracy=sum(s.correct for s in samples) / k,
         nfe=float(nfe.mean()),
-        tpf=float((gen_length / nfe.clamp(min=1)).mean()),
+        tpf=tokens_per_forward(gen_length, nfe),
         ms_per_token=1000.0 * wall / max(1, n * gen_length),
         peak_mem_mb=max(r.peak_mem_mb for _, r in parts),
         lookahead_nfe=weight("lookahead_nfe"), forced_steps=weight("forced_steps"), extra=extra,

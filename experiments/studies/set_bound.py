@@ -27,6 +27,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from framework.core.measure import tokens_per_forward
 from framework.core.params import ParameterError, parse_assignments
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import Controller, Decision, DecodeState
@@ -81,9 +82,8 @@ def set_bound_row(loaded: Any, task: Any, config: DecodeConfig, n: int, batch: i
         right += [task.score(ex, tok.decode(g, stop_at_eos=True)) for ex, g in zip(chunk, res.generated.tolist())]
         nfe += res.nfe.tolist()
     mean_nfe = sum(nfe) / len(nfe)
-    tpf = sum(config.gen_length / max(1, k) for k in nfe) / len(nfe)  # as evaluate: G / NFE per sample, averaged
     return {"strategy": "set bound (hindsight)", "accuracy": sum(right) / len(right), "nfe": mean_nfe,
-            "tpf": tpf, "seconds": round(time.perf_counter() - t0, 1)}
+            "tpf": tokens_per_forward(config.gen_length, nfe), "seconds": round(time.perf_counter() - t0, 1)}
 
 
 def rows_beside(loaded: Any, task: Any, config: DecodeConfig, n: int) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""Measurement helpers: peak memory during a call, medians of repeated timings.
+"""Measurement helpers: peak memory during a call, medians of repeated timings, tokens per forward.
 
 Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` over the call. On CPU, PyTorch has no
 allocator statistics, so a background thread samples the process's resident set size every
@@ -201,3 +201,10 @@ def timer() -> Iterator[list[float]]:
         yield out
     finally:
         out.append(time.perf_counter() - start)
+
+
+def tokens_per_forward(gen_length: int, nfe: Any) -> float:
+    """Tokens per forward as every table here reports it: G / NFE per sample (an NFE of at least 1),
+    averaged over the samples (``nfe``: a tensor or a sequence of per-sample forward counts)."""
+    counts = torch.as_tensor(nfe).float().clamp(min=1)
+    return float((gen_length / counts).mean())

@@ -15,7 +15,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.measure import PeakMemory, median
+from framework.core.measure import PeakMemory, median, tokens_per_forward
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
@@ -165,7 +165,7 @@ def summarise(task: Any, examples: Sequence[Any], texts: Sequence[str], results:
     return EvalResult(
         task=getattr(task, "name", str(task)), strategy=strategy, n=len(samples),
         accuracy=sum(s.correct for s in samples) / max(1, len(samples)), nfe=float(nfe.mean()),
-        tpf=float((G / nfe.clamp(min=1)).mean()), ms_per_token=1000.0 * seconds / max(1, len(samples) * G),
+        tpf=tokens_per_forward(G, nfe), ms_per_token=1000.0 * seconds / max(1, len(samples) * G),
         peak_mem_mb=peak_mb, lookahead_nfe=float(la.mean()), forced_steps=float(forced.mean()), extra=extra,
         samples=samples,
     )

@@ -305,12 +305,7 @@ def train_denoiser(
     num_threads = overrides.pop("num_threads", None)
     recipe = resolve_recipe(task_obj, overrides, max_minutes=max_minutes, max_steps=max_steps, model_size=model_size)
     arch = _resolve_size(recipe["size"])
-    source = _init_source(init_from, task_obj) if init_from is not None else None  # fails before any work
     with _torch_threads(int(num_threads) if num_threads else auto_threads()):
-        out = Path(out_dir) if out_dir is not None else \
-            default_cache_dir() / "runs" / f"{task_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
-        out.mkdir(parents=True, exist_ok=True)
-
         pl.seed_everything(seed, workers=True, verbose=False)
         module = MaskedDiffusionLM(
             task=task_obj.name, task_params=task_obj.get_params(), model=arch, lr=recipe["lr"],
@@ -318,12 +313,10 @@ def train_denoiser(
             max_steps=recipe["max_steps"],
             max_seconds=None if recipe["max_minutes"] is None else 60.0 * recipe["max_minutes"], eps=recipe["eps"],
         )
-        init_note = None
-        if source is not None:
-            from framework.training.warm_start import warm_start
-
-            added = warm_start(module.denoiser, source, str(init_from))
-            init_note = f"{init_from} (+{added} positions)"
+        init_note = _warm_start_from(module, init_from) if init_from is not None else None  # before any file
+        out = Path(out_dir) if out_dir is not None else \
+            default_cache_dir() / "runs" / f"{task_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
+        out.mkdir(parents=True, exist_ok=True)
         data = TaskDataModule(task_obj, batch_size=recipe["batch_size"], train_size=recipe["train_size"],
                               val_size=recipe["val_size"], seed=seed)
         wandb_logger = _wandb_logger(out, wandb_mode, task_obj, arch, recipe, seed)
@@ -334,21 +327,21 @@ def train_denoiser(
                               train_seconds=train_seconds, t_begin=t_begin, init_from=init_note)
 
 
-def _init_source(init_from: "str | os.PathLike", task: Task) -> TinyDenoiser:
-    """The trained tiny denoiser ``init_from`` names (a folder or built-in name), checked to share
-    ``task``'s vocabulary; a clear :class:`CheckpointError` otherwise."""
+def _warm_start_from(module: "MaskedDiffusionLM", init_from: "str | os.PathLike") -> str:
+    """Load the trained tiny denoiser ``init_from`` names (a folder or built-in name) and copy its
+    weights into ``module``'s (:func:`framework.training.warm_start.warm_start`, which names every
+    architecture field that differs); returns what the metrics record, ``NAME (+N positions)``."""
     from framework.models.saved import CheckpointError
     from framework.models.zoo import load_model
+    from framework.training.warm_start import warm_start
 
     source = load_model(str(init_from), train_if_missing=False)
     if not isinstance(source.denoiser, TinyDenoiser):
         raise CheckpointError(f"--init-from {init_from}: not a tiny denoiser of this framework "
                               f"({type(source.denoiser).__name__}); allowed: a folder written by train-denoiser "
                               f"or a built-in name")
-    if source.tokenizer.vocab_size != task.tokenizer.vocab_size:
-        raise CheckpointError(f"--init-from {init_from}: vocabulary of {source.tokenizer.vocab_size} tokens, "
-                              f"task {task.name!r} has {task.tokenizer.vocab_size}")
-    return source.denoiser
+    added = warm_start(module.denoiser, source.denoiser, str(init_from))
+    return f"{init_from} (+{added} positions)"
 
 
 def resolve_recipe(task: Task, overrides: dict[str, Any], *, max_minutes: Optional[float] = None,

@@ -81,3 +81,17 @@ def test_cli_init_from_a_missing_folder_fails_before_training(tmp_path, capsys):
     assert rc == 2
     assert str(tmp_path / "missing") in capsys.readouterr().err
     assert not out.exists()
+
+
+def test_cli_init_from_another_size_fails_naming_the_fields_before_any_file(tmp_path, capsys):
+    from framework.cli.main import main
+
+    common = ["train-denoiser", "--task", "pairs", "--max-steps", "1", "--wandb", "disabled", "--no-progress",
+              "--n-test", "4", "--threads", "1"]
+    assert main([*common, "--size", "tiny", "--out", str(tmp_path / "tiny")]) == 0
+    capsys.readouterr()
+    out = tmp_path / "small"
+    assert main([*common, "--size", "small", "--init-from", str(tmp_path / "tiny"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "its architecture differs in" in err and "d_model: " in err
+    assert not out.exists()  # checked before the output folder is made

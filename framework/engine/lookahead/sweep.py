@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from framework.core.measure import tokens_per_forward
 from framework.engine.context import DecodeContext
 from framework.engine.lookahead.facade import Lookahead
 from framework.engine.scorer import Scorer, ScoringContext
@@ -70,7 +71,7 @@ def _sweep_point(loaded: Any, task: Any, controller: Any, config: Any, la: Any, 
         "n": len(examples),
         "accuracy": sum(task.score(e, t) for e, t in zip(examples, texts)) / max(1, len(examples)),
         "nfe": float(nfe_t.mean()), "lookahead_nfe": float(torch.cat(la_nfe).float().mean()),
-        "tpf": float((config.gen_length / nfe_t.clamp(min=1)).mean()),
+        "tpf": tokens_per_forward(config.gen_length, nfe_t),
         "fallbacks": int(torch.cat(fb).sum()), "peak_mem_mb": pm.peak_mb,
         "seconds": time.perf_counter() - t0,
     }
