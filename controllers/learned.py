@@ -82,7 +82,7 @@ class Learned(Controller):
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         pol = load_policy(self.policy)
-        p_safe = pol.prob(feature_matrix(f, state.config.gen_length), f.eligible)
+        p_safe = pol.prob(feature_matrix(f, state.config.gen_length, pol.structure), f.eligible)
         info = {}
         tau = pol.threshold if self.threshold is None else self.threshold
         if self.sample:

@@ -58,7 +58,8 @@ BASELINES: tuple[Strategy, ...] = (
 #: the README's main job (``adec bench``): a few rows a newcomer should see: the reference, random
 #: and confidence orders at four tokens per forward, two thresholds, EB, this project's three kinds
 #: of controller (a heuristic rule, the packaged learned policy of the task, sudoku9 or phrases, and the
-#: escalating rules-verifier lookahead, on Sudoku only), and the oracle
+#: escalating rules-verifier lookahead around the margin rule and around the learned policy, on Sudoku
+#: only), and the oracle
 NEWCOMER: tuple[Strategy, ...] = (
     Strategy("sequential (1 token/step)", "sequential"),
     Strategy("llada_random (G/4 steps)", "llada_random", {"steps_per_token": 0.25}),
@@ -68,7 +69,7 @@ NEWCOMER: tuple[Strategy, ...] = (
     Strategy("fast_dllm (τ=0.9)", "fast_dllm", {"threshold": 0.9}),
     Strategy("fast_dllm (τ=0.99)", "fast_dllm", {"threshold": 0.99}),
     Strategy("margin_topk (η=0.99)", "margin_topk", {"eta": 0.99}),
-    Strategy("learned (τ=0.993)", "learned", {"policy": "sudoku9-set", "threshold": 0.993},
+    Strategy("learned (τ=0.996)", "learned", {"policy": "sudoku9-set-peer", "threshold": 0.996},
              tasks=("sudoku9",)),
     Strategy("learned window (τ=0.98)", "learned_window", {"policy": "phrases-set-window", "threshold": 0.98},
              tasks=("phrases",)),
@@ -76,6 +77,10 @@ NEWCOMER: tuple[Strategy, ...] = (
              {"base": {"name": "margin_topk", "params": {"eta": 0.9}}, "depth_high": 64, "depth_mid": 64,
               "d_max": 64},
              lookahead={"scorer": "sudoku_rules", "escalate": [0.99]}, tasks=("sudoku9",), kind="heuristic"),
+    Strategy("learned + rules verifier (escalate 0.99)", "confidence_ladder",
+             {"base": {"name": "learned", "params": {"policy": "sudoku9-set-peer", "threshold": 0.99}},
+              "depth_high": 64, "depth_mid": 64, "d_max": 64},
+             lookahead={"scorer": "sudoku_rules", "escalate": [0.99]}, tasks=("sudoku9",), kind="learned"),
     Strategy("oracle", "oracle"),
 )
 

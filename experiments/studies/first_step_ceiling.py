@@ -124,7 +124,8 @@ def first_step(loaded: Any, task: Any, split: str, n: int, policies: dict[str, s
                 blank[j, list(e.meta.get("givens", {}))] = False
             scores = {"confidence": f.confidence, "margin": f.margin, "neg_entropy": -f.entropy}
             for name, path in policies.items():
-                scores[name] = load_policy(path).prob(feature_matrix(f, g), f.eligible)
+                pol = load_policy(path)
+                scores[name] = pol.prob(feature_matrix(f, g, pol.structure), f.eligible)
             for name, s in scores.items():
                 out.setdefault(name, []).append(s.float())
             out["right"].append(f.x0 == ref)

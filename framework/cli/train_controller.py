@@ -120,6 +120,13 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--patience", type=int, default=5, help="early-stopping patience in epochs (default: 5)")
     p.add_argument("--lr", type=float, default=3e-3, help="AdamW learning rate (default: 3e-3)")
     p.add_argument("--batch-size", type=int, default=256, help="training batch size in rows (default: 256)")
+    p.add_argument("--features", default=None, metavar="NAMES",
+                   help="the feature columns the policies read, comma separated: names or the groups self "
+                        "(13 per-position columns), dependence (8: neighbours, nearest uncertain position), "
+                        "peer (4: the task's declared structure, e.g. a Sudoku cell's row, column and box); "
+                        "'confidence' is required (default: every group that is not constant on the task, "
+                        "i.e. peer only where the task declares a structure; the columns are listed in "
+                        "docs/learned.md)")
     p.add_argument("--rollout", default=None,
                    help="record the states of this controller instead of sequential (labels stay "
                         "sequential's)")
@@ -157,9 +164,10 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError("--hidden sizes, --n-train, --n-val, --max-epochs and --decode-batch-size must be ≥ 1")
     policies = tuple(p.strip() for p in args.policy.split(",") if p.strip())
     try:
-        check_options(args.method, policies, args.rounds, args.states_per_rollout, labels=args.labels)
+        check_options(args.method, policies, args.rounds, args.states_per_rollout, labels=args.labels,
+                      features=args.features)
     except ValueError as exc:
-        flag = {"method": "--method", "policy": "--policy", "rounds": "--rounds",
+        flag = {"method": "--method", "policy": "--policy", "rounds": "--rounds", "features": "--features",
                 "states_per_rollout": "--states-per-rollout"}.get(str(exc).split("=")[0], "")
         raise CLIError(f"{flag}: {exc}" if flag else str(exc)) from None
     if args.method == "rl" and (min(args.rl_iterations, args.rl_prompts) < 1 or args.rl_group < 2
@@ -195,6 +203,6 @@ def run(args: argparse.Namespace) -> int:
         n_test=args.n_test, hidden=hidden, max_epochs=args.max_epochs, patience=args.patience, lr=args.lr,
         batch_size=args.batch_size, seed=args.seed, wandb_mode=args.wandb, calibrate=not args.no_calibrate,
         max_drop=args.max_drop, rollout=args.rollout, decode_options=parse_assignments(args.sets),
-        device=options.pop("device"), accelerator=args.accelerator,
+        device=options.pop("device"), accelerator=args.accelerator, features=args.features,
     )
     return 0

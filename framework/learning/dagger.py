@@ -25,8 +25,8 @@ from framework.engine.controller import DecodeState
 from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
 from framework.engine.loop import decode, sample_seeds
-from framework.learning.features import feature_matrix
 from framework.learning.rollouts import RolloutDataset, StepRecorder, over_split
+from framework.models.structure import task_generation_structure
 
 
 class _StateRecorder(StepRecorder):
@@ -34,7 +34,7 @@ class _StateRecorder(StepRecorder):
 
     def record(self, f: StepFeatures, state: DecodeState, rows: torch.Tensor, decision: Any) -> tuple:
         b, i = f.eligible.nonzero(as_tuple=True)
-        return (feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.position[b, i].cpu(),
+        return (self.features(f)[b, i].cpu(), rows[b].cpu(), f.position[b, i].cpu(),
                 f.x0[b, i].cpu(), f.step[b].cpu(), rows.cpu(), f.step.cpu().clone(),
                 state.context.generation.cpu().clone())
 
@@ -42,13 +42,15 @@ class _StateRecorder(StepRecorder):
 @torch.no_grad()
 def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: Any, config: DecodeConfig, *,
                       seeds: Any = None, states_per_rollout: int = 4, seed: int = 0,
-                      reference: str = "sequential", batch_size: int = 64) -> RolloutDataset:
+                      reference: str = "sequential", batch_size: int = 64,
+                      structure: Optional[dict] = None) -> RolloutDataset:
     """Decode ``prompts`` with ``controller``; label up to ``states_per_rollout`` visited steps per
-    prompt with the reference decode continued from each (see the module docstring)."""
+    prompt with the reference decode continued from each (see the module docstring); ``structure``:
+    the generation's declared structure, for the peer features."""
     if states_per_rollout < 1:
         raise ValueError(f"states_per_rollout={states_per_rollout}; allowed: an integer ≥ 1")
     G = config.gen_length
-    rec = _StateRecorder(controller, G)
+    rec = _StateRecorder(controller, G, structure)
     decode(model, prompts, rec, config, seeds=seeds)
     row_seeds = sample_seeds(seeds, len(prompts), config.seed)
     # one entry per visited (row, step): its generation snapshot; each row's steps in order
@@ -94,5 +96,6 @@ def build_on_policy_dataset(loaded: Any, task: Any, split: str, n: int, controll
     return over_split(loaded, task, split, n,
                       lambda prompts, seeds, cfg, start: collect_on_policy(
                           loaded.denoiser, prompts, controller, cfg, seeds=seeds,
-                          states_per_rollout=states_per_rollout, seed=seed + start, batch_size=batch_size),
+                          states_per_rollout=states_per_rollout, seed=seed + start, batch_size=batch_size,
+                          structure=task_generation_structure(task)),
                       config=config, batch_size=batch_size, data_seed=data_seed, progress=progress)

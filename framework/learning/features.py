@@ -1,22 +1,32 @@
 """The learned policies' feature vector φ per eligible position (:data:`FEATURE_NAMES`).
 
 The first 13 columns describe a position by itself (its confidence, where it lies, how far decoding
-is). The last eight expose *dependence*, what a per-position score cannot see: whether the slots
+is). The next eight expose *dependence*, what a per-position score cannot see: whether the slots
 next to it are still guesses, and how confident the nearest other uncertain position of the step's
 window is ("uncertain": eligible with confidence below :data:`UNCERTAIN`). Two uncertain neighbours
 are often the two halves of one choice ("New" / "York"): committing both at once risks "New
 Francisco", committing the more confident one is safe and makes the other certain.
+
+The last four (:data:`PEER_FEATURES`) read the task's *declared* structure instead of adjacency: the
+positions that constrain each other (a Sudoku cell's row, column and box;
+:func:`framework.models.structure.generation_peers`). They say how many of a position's peers are
+still guesses, how confident the best of them is, whether this position leads them, and how
+confident the most confident eligible peer that predicts the *same* token is (two peers with one
+digit cannot both be right). Without a declared structure a position has no peers (0, 0, 1, 0).
 """
 
 from __future__ import annotations
+
+from typing import Optional, Sequence
 
 import torch
 
 from framework.engine.features import StepFeatures
 from framework.engine.selection import rank_within
+from framework.models.structure import generation_peers
 
 #: φ, in column order. Every entry is per position; per-sample ones are broadcast over the row.
-FEATURE_NAMES: tuple[str, ...] = (
+SELF_FEATURES: tuple[str, ...] = (
     "confidence",          # p(x0)
     "margin",              # top1 − top2
     "entropy",             # H = −Σ p log p (nats)
@@ -30,6 +40,8 @@ FEATURE_NAMES: tuple[str, ...] = (
     "left_decided",        # position i − 1 is not masked (prompt or committed)
     "right_decided",       # position i + 1 is not masked (committed, padding or past the end)
     "eligible_frac",       # #eligible / G
+)
+DEPENDENCE_FEATURES: tuple[str, ...] = (
     "left_confidence",     # confidence of position i − 1 if it is eligible now, else 1 (decided or not in play)
     "right_confidence",    # the same for i + 1
     "left_uncertain",      # i − 1 is eligible with confidence < UNCERTAIN
@@ -39,13 +51,47 @@ FEATURE_NAMES: tuple[str, ...] = (
     "nearest_uncertain_gap",         # p(x0_i) − that confidence, 0 if none
     "nearest_uncertain_leads",       # 1 if p(x0_i) > that confidence or there is none, 0.5 on a tie, else 0
 )
+PEER_FEATURES: tuple[str, ...] = (
+    "peer_uncertain_frac",         # uncertain peers in the window / all peers of i in the structure
+    "peer_best_confidence",        # the highest confidence of an uncertain peer, 0 if none
+    "peer_leads",                  # 1 if p(x0_i) > that confidence or there is none, 0.5 on a tie, else 0
+    "peer_same_guess_confidence",  # the highest confidence of an eligible peer predicting x0_i too, 0 if none
+)
+FEATURE_NAMES: tuple[str, ...] = SELF_FEATURES + DEPENDENCE_FEATURES + PEER_FEATURES
+#: the groups a feature list may name instead of its columns (``--features self,dependence``)
+FEATURE_GROUPS: dict[str, tuple[str, ...]] = {"self": SELF_FEATURES, "dependence": DEPENDENCE_FEATURES,
+                                              "peer": PEER_FEATURES}
+
+
+def parse_features(spec: "str | Sequence[str]") -> tuple[str, ...]:
+    """The columns a policy reads, from names and group names (:data:`FEATURE_GROUPS`), comma separated
+    or a list, in :data:`FEATURE_NAMES` order (so ``confidence``, which set labels rank by and a
+    residual network starts from, comes first). ``ValueError`` naming an unknown name, or a list
+    without ``confidence``."""
+    items = [s.strip() for s in (spec.split(",") if isinstance(spec, str) else spec) if s.strip()]
+    unknown = [s for s in items if s not in FEATURE_NAMES and s not in FEATURE_GROUPS]
+    if unknown or not items:
+        raise ValueError(f"features={','.join(unknown) or '(none)'}: unknown; allowed: the groups "
+                         f"{', '.join(FEATURE_GROUPS)} or the columns {', '.join(FEATURE_NAMES)}")
+    chosen = {n for s in items for n in FEATURE_GROUPS.get(s, (s,))}
+    if "confidence" not in chosen:
+        raise ValueError(f"features={','.join(items)}: 'confidence' is required (set labels rank by it "
+                         f"and a residual policy starts from it); add it or the group 'self'")
+    return tuple(n for n in FEATURE_NAMES if n in chosen)
+
+
+def default_features(structure: Optional[dict]) -> tuple[str, ...]:
+    """Every column, less the peer ones when there is no declared ``structure`` (they would be constant)."""
+    return FEATURE_NAMES if structure else SELF_FEATURES + DEPENDENCE_FEATURES
 
 #: below this confidence an eligible position counts as uncertain in the dependence features
 UNCERTAIN = 0.9
 
 
-def feature_matrix(f: StepFeatures, gen_length: int) -> torch.Tensor:
-    """φ for every position, float32 ``[B, L, len(FEATURE_NAMES)]`` (meaningful where eligible)."""
+def feature_matrix(f: StepFeatures, gen_length: int, structure: Optional[dict] = None) -> torch.Tensor:
+    """φ for every position, float32 ``[B, W, len(FEATURE_NAMES)]`` (meaningful where eligible);
+    ``structure``: the generation's declared structure (:func:`framework.models.structure.generation_peers`),
+    read by the peer columns."""
     el = f.eligible
     n_el = f.n_eligible.clamp(min=1).float()[:, None]
     conf = f.confidence.float()
@@ -63,7 +109,7 @@ def feature_matrix(f: StepFeatures, gen_length: int) -> torch.Tensor:
         conf, f.margin.float(), f.entropy.float(), f.top2_prob.float(), f.position_in_block.float(),
         f.position.float() / float(gen_length), row(f.progress), row(block_prog), rank,
         conf / best, left.float(), right.float(), row(f.n_eligible.float() / float(gen_length)),
-        *dependence_columns(f),
+        *dependence_columns(f), *peer_columns(f, generation_peers(structure, gen_length)),
     ]
     return torch.stack(cols, dim=-1)
 
@@ -94,3 +140,26 @@ def dependence_columns(f: StepFeatures) -> list[torch.Tensor]:
     near_gap = torch.where(found, conf - near_conf, torch.zeros_like(nearest))
     leads = torch.where(found, (torch.sign(near_gap) + 1.0) / 2.0, torch.ones_like(nearest))
     return [neigh_conf[0], neigh_conf[1], neigh_unc[0], neigh_unc[1], near_dist, near_conf, near_gap, leads]
+
+
+def peer_columns(f: StepFeatures, peers: Optional[torch.Tensor]) -> list[torch.Tensor]:
+    """The four :data:`PEER_FEATURES`, each float ``[B, W]``, over ``peers`` ``[G, G]`` (True where two
+    generation positions constrain each other, never on the diagonal; ``None``: no structure, so no
+    peers). Peers are looked up by generation position, so any window or cache layout reads the same."""
+    el, conf, pos = f.eligible, f.confidence.float(), f.position
+    if peers is None:
+        zero = torch.zeros_like(conf)
+        return [zero, zero, torch.ones_like(conf), zero]
+    peers = peers.to(conf.device)
+    g = peers.shape[0]
+    inside = (pos >= 0) & (pos < g)
+    p = pos.clamp(0, g - 1)
+    rel = peers[p[:, :, None], p[:, None, :]] & inside[:, :, None] & inside[:, None, :]  # [B, W, W]: j is i's peer
+    degree = peers.sum(1)[p].clamp(min=1).float()
+    unc_peer = rel & (el & (conf < UNCERTAIN))[:, None, :]
+    frac = unc_peer.sum(2).float() / degree
+    best = torch.where(unc_peer, conf[:, None, :], torch.zeros_like(conf)[:, None, :]).amax(2)
+    leads = torch.where(unc_peer.any(2), (torch.sign(conf - best) + 1.0) / 2.0, torch.ones_like(conf))
+    same = rel & el[:, None, :] & (f.x0[:, :, None] == f.x0[:, None, :])
+    same_conf = torch.where(same, conf[:, None, :], torch.zeros_like(conf)[:, None, :]).amax(2)
+    return [frac, best, leads, same_conf]

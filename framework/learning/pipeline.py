@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
-from framework.learning.features import FEATURE_NAMES
+from framework.learning.features import FEATURE_NAMES, PEER_FEATURES, default_features, parse_features
 from framework.learning.nets import CONTROLLER_OF, KINDS
 from framework.learning.policy import DEFAULT_OUT, load_policy, save_policy
 from framework.learning.rollouts import RolloutDataset, build_dataset
@@ -37,6 +37,7 @@ from framework.learning.train import (
     train_logreg,
     train_net,
 )
+from framework.models.structure import task_generation_structure
 
 METHODS = ("imitation", "dagger", "rl")
 LABELS = ("reference", "set")
@@ -76,8 +77,11 @@ class PolicyResult:
 
 
 def check_options(method: str, policies: Sequence[str], rounds: int, states_per_rollout: int,
-                  rl: Optional[dict] = None, labels: str = "reference") -> None:
+                  rl: Optional[dict] = None, labels: str = "reference",
+                  features: "str | Sequence[str] | None" = None) -> None:
     """Refuse bad values before any work, naming what is allowed."""
+    if features is not None:
+        parse_features(features)
     if labels not in LABELS:
         raise ValueError(f"labels={labels!r}; allowed: {', '.join(LABELS)}")
     if method not in METHODS:
@@ -124,6 +128,7 @@ def train_policy(
     dagger_threshold: float = 0.9, rl: Optional[dict] = None, decode_options: Optional[dict] = None,
     decode_batch_size: int = 64, device: str = "cpu", accelerator: str = "cpu", verbose: bool = True,
     fast_dev_run: bool = False, model_options: Optional[dict] = None, labels: str = "reference",
+    features: "str | Sequence[str] | None" = None,
 ) -> PolicyResult:
     """Train the requested ``policies`` by ``method`` (module docstring); returns paths and figures.
 
@@ -139,24 +144,28 @@ def train_policy(
     split, the reported decoding figures from the test split. ``rl`` holds the keyword arguments of
     :func:`framework.learning.rl_train.rl_finetune` (iterations, prompts, group, lam, reward_form, lr).
     """
-    check_options(method, policies, rounds, states_per_rollout, rl, labels)
+    check_options(method, policies, rounds, states_per_rollout, rl, labels, features)
     t0, say = time.perf_counter(), _printer(verbose)
     task_obj, loaded, label = _task_and_model(task, task_params, model, loaded,
                                               {**(model_options or {}), "device": device})
     if labels == "set":
         check_set_labels(task_obj)
+    structure = task_generation_structure(task_obj)
+    features = policy_features(features, structure, task_obj.name)
     out = _out_folder(out_dir, method, task_obj.name, label)
     config = DecodeConfig.build(**{"gen_length": task_obj.gen_length,
                                    "block_length": task_obj.default_block_length, **(decode_options or {})})
     train, val, dataset = _rollout_datasets(loaded, task_obj, config, n_train, n_val, decode_batch_size,
                                             rollout, say, labels)
+    train, val, dataset["features"] = train.select(features), val.select(features), list(features)
     meta = {"task": task_obj.name, "task_params": task_obj.get_params(), "model": label, "method": method,
             "residual": residual, "neg_weight": neg_weight, "decode": config.get_params(), "dataset": dataset,
-            "seed": seed}
+            "seed": seed, "structure": structure, "features": list(features)}
     opts = dict(C=C, seed=seed, hidden=hidden, window_arch=window_arch or dict(WINDOW_ARCH), lr=lr,
                 max_epochs=max_epochs, patience=patience, batch_size=batch_size, window_batch=window_batch,
                 wandb_mode=wandb_mode, accelerator=accelerator, progress=verbose and sys.stderr.isatty(),
-                meta=meta, fast_dev_run=fast_dev_run, residual=residual, neg_weight=neg_weight, labels=labels)
+                meta=meta, fast_dev_run=fast_dev_run, residual=residual, neg_weight=neg_weight, labels=labels,
+                features=features)
     paths = {kind: out / f"{kind}.pt" for kind in policies}
     nets, training = _imitation(policies, train, val, out, opts, paths, meta, dagger_threshold)
     rounds_log = []
@@ -190,6 +199,20 @@ def check_set_labels(task: Any) -> None:
     if task.completable(ex, task.target_ids(ex), [False] * task.gen_length) is None:
         raise ValueError(f"labels=set: task {task.name!r} cannot tell whether a partial answer can still end "
                          f"correct (Task.completable); use labels=reference, or implement completable")
+
+
+def policy_features(features: "str | Sequence[str] | None", structure: Optional[dict],
+                    task_name: str) -> tuple[str, ...]:
+    """The columns the policies read: ``features`` (names or groups), default every column that is not
+    constant on this task (:func:`default_features`); peer columns need a declared structure."""
+    if features is None:
+        return default_features(structure)
+    chosen = parse_features(features)
+    peer = [n for n in chosen if n in PEER_FEATURES]
+    if peer and not structure:
+        raise ValueError(f"features={','.join(peer)}: task {task_name!r} declares no structure (no "
+                         f"attention_structure in its generation), so its positions have no peers")
+    return chosen
 
 
 def _printer(verbose: bool) -> Any:
@@ -353,12 +376,12 @@ def _visit_and_label(loaded: Any, task: Any, ctrl: Any, config: DecodeConfig, op
         from framework.learning.set_labels import build_set_dataset
 
         return build_set_dataset(loaded, task, "train", n_train, ctrl, config=config, batch_size=batch_size,
-                                 progress=progress)
+                                 progress=progress).select(opts["features"])
     from framework.learning.dagger import build_on_policy_dataset
 
     return build_on_policy_dataset(loaded, task, "train", n_train, ctrl, config=config, batch_size=batch_size,
                                    states_per_rollout=states_per_rollout, data_seed=0,
-                                   seed=opts["seed"] + round_, progress=progress)
+                                   seed=opts["seed"] + round_, progress=progress).select(opts["features"])
 
 
 def report(result: PolicyResult) -> str:

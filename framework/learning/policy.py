@@ -38,6 +38,17 @@ class Policy:
     #: policy trained before a feature was added keeps working
     columns: Optional[tuple[int, ...]] = None
 
+    @property
+    def feature_names(self) -> tuple[str, ...]:
+        """The :data:`FEATURE_NAMES` columns the network reads, in its order."""
+        return FEATURE_NAMES if self.columns is None else tuple(FEATURE_NAMES[i] for i in self.columns)
+
+    @property
+    def structure(self) -> Optional[dict]:
+        """The generation's declared structure the policy was trained with (its peer features read
+        it; :func:`framework.models.structure.generation_peers`), ``None`` for none."""
+        return self.meta.get("structure") or None
+
     @torch.no_grad()
     def prob(self, x: torch.Tensor, valid: Optional[torch.Tensor] = None) -> torch.Tensor:
         """p(safe) for a window of features ``[B, W, F]`` (all of :data:`FEATURE_NAMES`) with its
@@ -56,7 +67,9 @@ class PolicyFileError(ParameterError):
 def save_policy(net: "PolicyNet | WindowPolicyNet", path: "str | os.PathLike", *, kind: str,
                 threshold: float = 0.9,
                 meta: Optional[dict] = None) -> Path:
-    """Write ``net`` with its header (see the module docstring); returns the path."""
+    """Write ``net`` with its header; returns the path. The network reads the columns ``meta["features"]``
+    (all of :data:`FEATURE_NAMES` by default) and, for the peer columns, the structure
+    ``meta["structure"]``; both travel in the file."""
     if kind not in KINDS:
         raise ValueError(f"kind={kind!r}; allowed: {', '.join(KINDS)}")
     if (kind == "transformer") != isinstance(net, WindowPolicyNet):
@@ -65,7 +78,7 @@ def save_policy(net: "PolicyNet | WindowPolicyNet", path: "str | os.PathLike", *
     path.parent.mkdir(parents=True, exist_ok=True)
     blob = {
         "format": POLICY_FORMAT, "version": POLICY_VERSION, "kind": kind,
-        "feature_names": list(FEATURE_NAMES), "arch": net.arch(),
+        "feature_names": list((meta or {}).get("features") or FEATURE_NAMES), "arch": net.arch(),
         "state_dict": {k: v.detach().cpu().float() for k, v in net.state_dict().items()},
         "threshold": float(threshold), "meta": json.loads(json.dumps(meta or {}, default=str)),
     }

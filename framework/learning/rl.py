@@ -36,7 +36,6 @@ from torch import nn
 
 from framework.engine.controller import DecodeState
 from framework.engine.features import StepFeatures
-from framework.learning.features import feature_matrix
 from framework.learning.rollouts import RolloutDataset, StepRecorder
 from framework.learning.windows import as_windows
 
@@ -113,7 +112,7 @@ class ActionRecorder(StepRecorder):
 
     def record(self, f: StepFeatures, state: DecodeState, rows: torch.Tensor, decision: Any) -> tuple:
         b, i = f.eligible.nonzero(as_tuple=True)
-        return (feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.step[b].cpu(),
+        return (self.features(f)[b, i].cpu(), rows[b].cpu(), f.step[b].cpu(),
                 f.position[b, i].cpu(), decision.info["sampled"][b, i].float().cpu())
 
     def dataset(self) -> RolloutDataset:

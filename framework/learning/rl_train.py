@@ -44,10 +44,10 @@ def _rl_module_class() -> type:
         """The policy under REINFORCE: loss = −mean A·log π(a | s); logs the rollouts' figures."""
 
         def __init__(self, kind: str = "mlp", arch: Optional[dict] = None, lr: float = 1e-3,
-                     threshold: float = 0.99, temperature: float = 1.0) -> None:
+                     threshold: float = 0.99, temperature: float = 1.0, n_features: Optional[int] = None) -> None:
             super().__init__()
             self.save_hyperparameters()
-            self.net = build_net(kind, arch)
+            self.net = build_net(kind, arch, **({"n_features": n_features} if n_features else {}))
             self.stats: dict[str, float] = {}
             self.collect: Any = None  # epoch -> tensors of the rollouts' steps (set by rl_finetune)
             self.buffer: tuple = ()
@@ -97,7 +97,7 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
     out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(seed, workers=True, verbose=False)
     module = _rl_module_class()(kind=kind, arch=start.net.arch(), lr=lr, threshold=threshold,
-                                temperature=temperature)
+                                temperature=temperature, n_features=len(start.feature_names))
     module.net.load_state_dict(copy.deepcopy(start.net).float().state_dict())
     collector = _RolloutCollector(module, start, out / "current.pt", loaded, task, config, prompts=prompts,
                                   group=group, lam=lam, reward_form=reward_form, normalise=normalise,
@@ -186,12 +186,13 @@ class _RolloutCollector:
         tok, task = self.loaded.tokenizer, self.task
         rec = ActionRecorder(policy_controller(CONTROLLER_OF[self.start.kind], self.current, self.threshold,
                                                self.verify_threshold, sample=True,
-                                               sample_temperature=self.temperature), self.config.gen_length)
+                                               sample_temperature=self.temperature), self.config.gen_length,
+                             self.start.structure)
         res = decode(self.loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, self.config,
                      seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], self.seed))
         correct = [float(task.score(ex, tok.decode(row, stop_at_eos=True)))
                    for (_, ex, _), row in zip(chunk, res.generated.tolist())]
-        return rec.dataset(), correct, res.nfe.tolist()
+        return rec.dataset().select(self.start.feature_names), correct, res.nfe.tolist()
 
 
 def _loggers(out: Path, name: str, wandb_mode: str) -> list[Any]:

@@ -15,6 +15,7 @@ from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
 from framework.engine.loop import decode
 from framework.learning.features import FEATURE_NAMES, feature_matrix
+from framework.models.structure import task_generation_structure
 
 
 # ---------------------------------------------------------------------- rollouts -> dataset
@@ -33,6 +34,15 @@ class RolloutDataset:
     def __len__(self) -> int:
         return int(self.y.numel())
 
+    def select(self, names: Sequence[str]) -> "RolloutDataset":
+        """The same rows with only the feature columns ``names`` (in that order)."""
+        names = tuple(names)
+        if names == self.feature_names:
+            return self
+        idx = [self.feature_names.index(n) for n in names]
+        return RolloutDataset(X=self.X[:, idx], y=self.y, sample=self.sample, step=self.step,
+                              position=self.position, feature_names=names)
+
     @staticmethod
     def empty() -> "RolloutDataset":
         none = torch.zeros(0, dtype=torch.long)
@@ -48,9 +58,13 @@ class RolloutDataset:
         for p in parts:
             samples.append(p.sample + offset)
             offset += int(p.sample.max()) + 1 if len(p) else 0
+        names = {p.feature_names for p in parts if len(p)}
+        if len(names) > 1:
+            raise ValueError(f"cannot concatenate rows of different feature columns: {sorted(names)}")
         return RolloutDataset(
             X=torch.cat([p.X for p in parts]), y=torch.cat([p.y for p in parts]), sample=torch.cat(samples),
             step=torch.cat([p.step for p in parts]), position=torch.cat([p.position for p in parts]),
+            feature_names=names.pop() if names else FEATURE_NAMES,
         )
 
 
@@ -61,9 +75,13 @@ class StepRecorder:
 
     ROW_KEY = "_recorder.row"
 
-    def __init__(self, inner: Any, gen_length: int) -> None:
-        self.inner, self.gen_length = inner, gen_length
+    def __init__(self, inner: Any, gen_length: int, structure: Optional[dict] = None) -> None:
+        self.inner, self.gen_length, self.structure = inner, gen_length, structure
         self.records: list[tuple[torch.Tensor, ...]] = []
+
+    def features(self, f: StepFeatures) -> torch.Tensor:
+        """φ of the step's window (:func:`feature_matrix`, with the task's declared structure)."""
+        return feature_matrix(f, self.gen_length, self.structure)
 
     @property
     def verifies(self) -> bool:
@@ -89,22 +107,23 @@ class _Recorder(StepRecorder):
 
     def record(self, f: StepFeatures, state: DecodeState, rows: torch.Tensor, decision: Any) -> tuple:
         b, i = f.eligible.nonzero(as_tuple=True)
-        return (feature_matrix(f, self.gen_length)[b, i].cpu(), rows[b].cpu(), f.position[b, i].cpu(),
+        return (self.features(f)[b, i].cpu(), rows[b].cpu(), f.position[b, i].cpu(),
                 f.x0[b, i].cpu(), f.step[b].cpu())
 
 
 @torch.no_grad()
 def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: DecodeConfig, *,
-                     seeds: Any = None, rollout: Any = None) -> RolloutDataset:
+                     seeds: Any = None, rollout: Any = None, structure: Optional[dict] = None) -> RolloutDataset:
     """Rows of every step of decoding ``prompts``, labelled against sequential decoding's output.
 
     Args:
         rollout: the controller whose states are recorded (default: ``sequential`` itself, then
             one decode pass is enough). Labels always come from ``sequential``'s final tokens.
+        structure: the generation's declared structure, for the peer features.
     """
     G = config.gen_length
     seq = build_controller("sequential")
-    rec = _Recorder(seq if rollout is None else rollout, G)
+    rec = _Recorder(seq if rollout is None else rollout, G, structure)
     if rollout is None:
         final = decode(model, prompts, rec, config, seeds=seeds).generated.cpu()
     else:
@@ -142,6 +161,6 @@ def build_dataset(loaded: Any, task: Any, split: str, n: int, *, config: Optiona
     """:func:`collect_rollouts` over ``n`` examples of a task split (seeds as in evaluation)."""
     return over_split(loaded, task, split, n,
                       lambda prompts, seeds, cfg,
-                      start: collect_rollouts(loaded.denoiser, prompts, cfg, seeds=seeds,
-                                                                          rollout=rollout),
+                      start: collect_rollouts(loaded.denoiser, prompts, cfg, seeds=seeds, rollout=rollout,
+                                              structure=task_generation_structure(task)),
                       config=config, batch_size=batch_size, data_seed=data_seed)

@@ -29,6 +29,7 @@ from framework.engine.config import DecodeConfig
 from framework.engine.loop import decode
 from framework.learning.dagger import _StateRecorder
 from framework.learning.rollouts import RolloutDataset
+from framework.models.structure import task_generation_structure
 
 #: ``check(tokens, committed) -> bool | None``: a task's verifier bound to one example
 Check = Callable[[Sequence[int], Sequence[bool]], Optional[bool]]
@@ -90,10 +91,11 @@ def _label_step(record: tuple, checks: Sequence[Check], mask_id: int) -> Optiona
 
 @torch.no_grad()
 def collect_set_labelled(model: Any, prompts: Sequence[Sequence[int]], controller: Any, config: DecodeConfig,
-                         checks: Sequence[Check], *, seeds: Any = None) -> RolloutDataset:
+                         checks: Sequence[Check], *, seeds: Any = None,
+                         structure: Optional[dict] = None) -> RolloutDataset:
     """Decode ``prompts`` with ``controller`` and set-label every state it visits (module docstring);
-    ``checks[r]`` is prompt ``r``'s verifier."""
-    rec = _StateRecorder(controller, config.gen_length)
+    ``checks[r]`` is prompt ``r``'s verifier; ``structure`` the generation's declared one (peer features)."""
+    rec = _StateRecorder(controller, config.gen_length, structure)
     decode(model, prompts, rec, config, seeds=seeds)
     parts = [p for p in (_label_step(r, checks, model.mask_token_id) for r in rec.records) if p is not None]
     if not parts:
@@ -117,7 +119,8 @@ def build_set_dataset(loaded: Any, task: Any, split: str, n: int, controller: An
         checks = [lambda t, c, ex=ex: task.completable(ex, t, c) for ex in chunk]
         parts.append(collect_set_labelled(loaded.denoiser, [loaded.tokenizer.encode(ex.prompt) for ex in chunk],
                                           controller, config, checks,
-                                          seeds=item_seeds([ex.id for ex in chunk], config.seed)))
+                                          seeds=item_seeds([ex.id for ex in chunk], config.seed),
+                                          structure=task_generation_structure(task)))
         if progress is not None:
             progress.update(len(chunk))
     return RolloutDataset.concat(parts)

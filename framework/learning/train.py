@@ -64,7 +64,7 @@ def train_logreg(train: RolloutDataset, *, C: float = 1.0, seed: int = 0) -> Pol
     """scikit-learn ``StandardScaler`` + ``LogisticRegression``, copied into a linear PolicyNet."""
     from sklearn.linear_model import LogisticRegression
 
-    net = PolicyNet(len(FEATURE_NAMES), ())
+    net = PolicyNet(train.X.shape[1], ())
     net.set_normalisation(train.X)
     Z = ((train.X - net.mean) / net.scale).numpy()
     y = train.y.numpy().astype(int)
@@ -95,10 +95,12 @@ def _lightning():
 
 
 def make_policy_module(kind: str = "mlp", arch: Optional[dict] = None, lr: float = 3e-3,
-                       weight_decay: float = 1e-4, neg_weight: float = 1.0) -> Any:
-    """A :class:`PolicyModule` (built lazily so that importing this file does not load Lightning)."""
+                       weight_decay: float = 1e-4, neg_weight: float = 1.0,
+                       n_features: int = len(FEATURE_NAMES)) -> Any:
+    """A :class:`PolicyModule` over ``n_features`` columns (built lazily so that importing this file
+    does not load Lightning)."""
     return _policy_module_class()(kind=kind, arch=dict(arch or {}), lr=lr, weight_decay=weight_decay,
-                                  neg_weight=neg_weight)
+                                  neg_weight=neg_weight, n_features=n_features)
 
 
 def masked_bce(logits: torch.Tensor, y: torch.Tensor, valid: torch.Tensor,
@@ -120,10 +122,11 @@ def _policy_module_class() -> type:
         AdamW; logs ``train_loss``, ``val_loss`` and ``val_auc`` (scikit-learn's ROC-AUC)."""
 
         def __init__(self, kind: str = "mlp", arch: Optional[dict] = None, lr: float = 3e-3,
-                     weight_decay: float = 1e-4, neg_weight: float = 1.0) -> None:
+                     weight_decay: float = 1e-4, neg_weight: float = 1.0,
+                     n_features: int = len(FEATURE_NAMES)) -> None:
             super().__init__()
             self.save_hyperparameters()
-            self.net = build_net(kind, arch)
+            self.net = build_net(kind, arch, n_features=n_features)
             self._val: list[tuple[torch.Tensor, torch.Tensor]] = []
 
         def forward(self, x: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -224,7 +227,7 @@ def train_net(kind: str, train: RolloutDataset, val: RolloutDataset, *, out_dir:
         raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
     out = Path(out_dir)
     pl.seed_everything(seed, workers=True, verbose=False)
-    module = make_policy_module(kind, arch, lr, weight_decay, neg_weight)
+    module = make_policy_module(kind, arch, lr, weight_decay, neg_weight, n_features=train.X.shape[1])
     if init is not None:
         module.net.load_state_dict(init.state_dict())
     else:

@@ -40,6 +40,50 @@ def sudoku_peers(size: int) -> torch.Tensor:
     return (r[:, None] == r[None]) | (c[:, None] == c[None]) | (b[:, None] == b[None])
 
 
+def generation_structure(structure: Optional[dict], prompt_length: int) -> Optional[dict]:
+    """The part of a canvas ``structure`` that lies in the generation: ``{"kind", "size", "offset"}``
+    with ``offset`` the generation position of cell 0 (the first grid of ``offsets`` at or after a
+    prompt of ``prompt_length`` tokens), or ``None`` when there is no structure or no grid there."""
+    if not structure:
+        return None
+    starts = [o - prompt_length for o in structure.get("offsets", [0]) if o >= prompt_length]
+    if not starts:
+        return None
+    return {"kind": structure.get("kind"), "size": int(structure.get("size", 9)), "offset": min(starts)}
+
+
+def task_generation_structure(task: object) -> Optional[dict]:
+    """:func:`generation_structure` of a task's declared ``attention_structure`` after its prompt
+    (``max_prompt_length`` tokens); ``None`` for a task that declares none."""
+    structure = getattr(task, "attention_structure", None)
+    if not structure:
+        return None
+    return generation_structure(structure, int(getattr(task, "max_prompt_length", 0) or 0))
+
+
+def generation_peers(structure: Optional[dict], gen_length: int) -> Optional[torch.Tensor]:
+    """``[G, G]`` bool over generation positions: True where two cells of ``structure`` (a
+    :func:`generation_structure`) constrain each other, never on the diagonal; positions off the grid
+    have no peers. ``None`` for no structure; ``ValueError`` naming the field for a bad one."""
+    if not structure:
+        return None
+    return _generation_peers(str(structure.get("kind")), int(structure.get("size", 9)),
+                             int(structure.get("offset", 0)), int(gen_length))
+
+
+@lru_cache(maxsize=16)
+def _generation_peers(kind: str, size: int, offset: int, gen_length: int) -> torch.Tensor:
+    if kind not in KINDS:
+        raise ValueError(f"structure kind={kind!r} is unknown; allowed: {', '.join(KINDS)}")
+    cells = sudoku_peers(size) & ~torch.eye(size * size, dtype=torch.bool)
+    n = size * size
+    if offset < 0 or offset + n > gen_length:
+        raise ValueError(f"structure offset={offset} puts {n} cells beyond the generation of {gen_length}")
+    peers = torch.zeros(gen_length, gen_length, dtype=torch.bool)
+    peers[offset:offset + n, offset:offset + n] = cells
+    return peers
+
+
 def structure_mask(structure: Optional[dict], length: int) -> Optional[torch.Tensor]:
     """``[length, length]`` bool (True = may attend) for ``structure``, or ``None`` for full attention.
 

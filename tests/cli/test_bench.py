@@ -40,7 +40,8 @@ def test_the_newcomer_suite_builds_on_sudoku9_with_its_packaged_policy_and_looka
         assert (look is None) == (s.lookahead is None)
     assert {"reference", "baseline", "heuristic", "learned", "oracle"} <= kinds
     assert [s.label for s in NEWCOMER if not s.applies_to("phrases")] == [
-        "learned (τ=0.993)", "margin_topk + rules verifier (escalate 0.99)"]
+        "learned (τ=0.996)", "margin_topk + rules verifier (escalate 0.99)",
+        "learned + rules verifier (escalate 0.99)"]
     phrases_only = [s for s in NEWCOMER if not s.applies_to("sudoku9")]
     assert [s.label for s in phrases_only] == ["learned window (τ=0.98)"]
     assert build_controller(phrases_only[0].controller, **phrases_only[0].resolve(128, 32)).kind == "learned"

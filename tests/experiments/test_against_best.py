@@ -25,17 +25,18 @@ ROWS = [
 def test_each_point_meets_the_pool_at_equal_nfe_and_at_equal_accuracy():
     result = against_best(ROWS)
     assert result["pool"] == 3  # the reference, the oracle and the lookahead point are not in it
+    assert result["pool_with_lookahead"] == 4  # a learned point meets the lookahead curve too
     got = {q["strategy"]: q for q in result["points"]}
     assert set(got) == {"policy", "margin + lookahead"}
-    p = got["policy"]  # at ≤ 2.5 NFE the pool's best is margin (0.85); at ≥ 0.90 fast_dllm τ 0.9 (ρ 2, 4 NFE)
-    assert (p["best_at_nfe"], p["delta_points"]) == ("margin", pytest.approx(5.0))
+    p = got["policy"]  # at ≤ 2.5 NFE the best is margin + lookahead (0.88); at ≥ 0.90 fast_dllm τ 0.9 (ρ 2, 4 NFE)
+    assert (p["best_at_nfe"], p["delta_points"]) == ("margin + lookahead", pytest.approx(2.0))
     assert (p["best_at_acc"], p["tpf_ratio"], p["nfe_ratio"]) == ("fast_dllm (threshold=0.9)", pytest.approx(1.6),
                                                                  pytest.approx(1.6))
     q = got["margin + lookahead"]  # never matched with itself: at ≤ 2.2 NFE only fast_dllm τ 0.7 (0.80)
     assert (q["best_at_nfe"], q["delta_points"]) == ("fast_dllm (threshold=0.7)", pytest.approx(8.0))
     assert q["tpf_ratio"] == pytest.approx((G / 2.2) / 2.0) and q["kind"] == "heuristic" and q["lookahead"]
     md = "\n".join(against_best_markdown("t", result))
-    assert "| policy | learned | 0.900 | 2.50 | 3.20 | margin (0.850) | +5.0 | fast_dllm (threshold=0.9) (2.00) " \
+    assert "| policy | learned | 0.900 | 2.50 | 3.20 | margin + lookahead (0.880) | +2.0 | fast_dllm (threshold=0.9) (2.00) " \
            "| 1.60 | 1.60 |" in md
     assert "| margin + lookahead | heuristic + lookahead |" in md
 

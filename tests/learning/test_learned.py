@@ -88,7 +88,7 @@ def test_policy_file_round_trip_and_clear_errors(tmp_path):
 
 def test_a_policy_trained_before_a_feature_was_added_reads_its_own_columns(tmp_path):
     """A file whose feature list is a subset of today's (in another order too) is fed exactly those
-    columns, in its order; the packaged policies were trained on 20 of today's columns."""
+    columns, in its order; the packaged policies were trained on 20 and 21 of today's columns."""
     names = [FEATURE_NAMES[0], FEATURE_NAMES[5], FEATURE_NAMES[2]]
     net = PolicyNet(3, (4,))
     path = save_policy(net, tmp_path / "p.pt", kind="mlp", threshold=0.6)
@@ -99,8 +99,8 @@ def test_a_policy_trained_before_a_feature_was_added_reads_its_own_columns(tmp_p
     assert pol.columns == (0, 5, 2)
     x = torch.randn(2, 7, len(FEATURE_NAMES))
     assert torch.allclose(pol.prob(x), torch.sigmoid(net(x[..., [0, 5, 2]])).double(), atol=1e-6)
-    for name in ("sudoku9-set", "phrases-set-window"):
-        assert load_policy(name).columns == (tuple(range(20)) if name == "sudoku9-set" else None)
+    for name, n in (("sudoku9-set", 20), ("phrases-set-window", 21)):
+        assert load_policy(name).columns == tuple(range(n))
 
 
 def test_threshold_decides_exactly_what_is_committed():
@@ -166,3 +166,46 @@ def test_bad_cli_values_fail_in_one_line(tmp_path):
     args = parser.parse_args(["train-controller", "--task", "addition", "--hidden", "a,b"])
     with pytest.raises(CLIError, match="--hidden='a,b'"):
         args.func(args)
+
+
+def test_features_name_the_columns_a_policy_reads(tmp_path, monkeypatch):
+    """--features self: the rows, the network and the file hold the 13 per-position columns only, and
+    the policy decodes; an unknown name fails before any work, peer columns on a task without a
+    declared structure before the rollouts."""
+    import framework.training.zoo
+    from framework.cli import train_controller as cmd
+    from framework.cli.errors import CLIError
+    from framework.learning.features import SELF_FEATURES
+    from framework.learning.pipeline import train_policy
+
+    monkeypatch.setattr(framework.training.zoo, "load_model_for_task",
+                        lambda task, model=None, **k: (carry_model(), model or "carry"))
+    parser = argparse.ArgumentParser(prog="adec")
+    cmd.register(parser.add_subparsers())
+    bad = tmp_path / "bad"
+    args = parser.parse_args(["train-controller", "--task", "addition", "--out", str(bad), "--features",
+                              "self,nearest_leads"])
+    with pytest.raises(CLIError, match="--features: features=nearest_leads: unknown; allowed: the groups "
+                                       "self, dependence, peer"):
+        args.func(args)
+    with pytest.raises(ValueError, match="task 'addition' declares no structure"):
+        train_policy("addition", out_dir=bad, features="self,peer", policies=("logreg",), verbose=False)
+    assert not bad.exists()
+    out = tmp_path / "self"
+    res = train_policy("addition", out_dir=out, features="self", policies=("logreg",), n_train=48, n_val=16,
+                       n_test=16, task_params={"digits": 2}, wandb_mode="disabled", verbose=False)
+    pol = load_policy(res.paths["logreg"])
+    assert pol.feature_names == SELF_FEATURES and pol.columns == tuple(range(13)) and pol.structure is None
+    assert res.dataset["features"] == list(SELF_FEATURES) and res.test["logreg"]["accuracy"] == 1.0
+
+
+def test_feature_lists_expand_groups_and_keep_the_framework_order():
+    from framework.learning.features import DEPENDENCE_FEATURES, PEER_FEATURES, SELF_FEATURES, parse_features
+
+    assert parse_features("peer,self") == SELF_FEATURES + PEER_FEATURES
+    assert parse_features(["margin", "confidence", "peer_leads"]) == ("confidence", "margin", "peer_leads")
+    assert parse_features("self, dependence") == SELF_FEATURES + DEPENDENCE_FEATURES
+    with pytest.raises(ValueError, match="'confidence' is required"):
+        parse_features("margin,dependence")
+    with pytest.raises(ValueError, match=r"features=\(none\): unknown"):
+        parse_features(" , ")

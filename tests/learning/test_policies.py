@@ -276,9 +276,9 @@ def test_rl_with_verification_rolls_out_inside_verified_and_decodes_so(tmp_path,
     seen = []
     real = rl_mod.ActionRecorder.__init__
 
-    def spy(self, inner, gen_length):
+    def spy(self, inner, gen_length, *rest):
         seen.append((inner.display_name(), bool(getattr(inner, "verifies", False))))
-        real(self, inner, gen_length)
+        real(self, inner, gen_length, *rest)
 
     monkeypatch.setattr(rl_mod.ActionRecorder, "__init__", spy)
     out = tmp_path / "v"

@@ -11,7 +11,7 @@ from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
 from framework.engine.loop import decode
 from framework.learning.dagger import collect_on_policy
-from framework.learning.features import FEATURE_NAMES, feature_matrix
+from framework.learning.features import DEPENDENCE_FEATURES, FEATURE_NAMES, feature_matrix
 from framework.learning.policy import save_policy
 from framework.learning.rollouts import StepRecorder
 from framework.learning.set_labels import SetLabelError, collect_set_labelled, greedy_safe_set
@@ -168,7 +168,7 @@ def test_which_of_two_guesses_leads_is_a_column_of_its_own():
     conf = torch.tensor([[0.99, 0.40, 0.35, 0.99, 0.30, 0.30], [0.99, 0.50, 0.99, 0.99, 0.99, 0.99]])
     f = SimpleNamespace(eligible=torch.ones_like(conf, dtype=torch.bool), confidence=conf,
                         position=torch.arange(6).expand(2, 6))
-    cols = dict(zip(FEATURE_NAMES[-8:], dependence_columns(f)))
+    cols = dict(zip(DEPENDENCE_FEATURES, dependence_columns(f)))
     assert cols["nearest_uncertain_leads"].tolist() == [[1.0, 1.0, 0.0, 1.0, 0.5, 0.5], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0]]
     assert torch.allclose(cols["nearest_uncertain_gap"][0], torch.tensor([0.59, 0.05, -0.05, 0.64, 0.0, 0.0]))
     assert torch.allclose(cols["nearest_uncertain_distance"][1], torch.tensor([1, 6, 1, 2, 3, 4]) / 6.0)
