@@ -146,12 +146,14 @@ def train_policy(
     """
     check_options(method, policies, rounds, states_per_rollout, rl, labels, features)
     t0, say = time.perf_counter(), _printer(verbose)
-    task_obj, loaded, label = _task_and_model(task, task_params, model, loaded,
-                                              {**(model_options or {}), "device": device})
+    from framework.tasks.base import get_task
+
+    task_obj = get_task(task, **(task_params or {}))
+    structure = task_generation_structure(task_obj)
+    features = policy_features(features, structure, task_obj.name)  # before the model is loaded
+    loaded, label = _model(task_obj, model, loaded, {**(model_options or {}), "device": device})
     if labels == "set":
         check_set_labels(task_obj)
-    structure = task_generation_structure(task_obj)
-    features = policy_features(features, structure, task_obj.name)
     out = _out_folder(out_dir, method, task_obj.name, label)
     config = DecodeConfig.build(**{"gen_length": task_obj.gen_length,
                                    "block_length": task_obj.default_block_length, **(decode_options or {})})
@@ -220,18 +222,14 @@ def _printer(verbose: bool) -> Any:
     return (lambda *a: print(*a, file=sys.stderr, flush=True)) if verbose else (lambda *a: None)
 
 
-def _task_and_model(task: str, task_params: Optional[dict], model: Optional[str], loaded: Any,
-                    options: dict) -> tuple[Any, Any, str]:
-    """The task, the loaded model (the task's built-in one unless ``model`` or ``loaded`` is given,
-    loaded with ``options``: device, dtype, chat ...) and its label."""
-    from framework.tasks.base import get_task
-
-    task_obj = get_task(task, **(task_params or {}))
+def _model(task_obj: Any, model: Optional[str], loaded: Any, options: dict) -> tuple[Any, str]:
+    """The loaded model (the task's built-in one unless ``model`` or ``loaded`` is given, loaded with
+    ``options``: device, dtype, chat ...) and its label."""
     if loaded is None:
         from framework.training.zoo import load_model_for_task
 
         loaded, model = load_model_for_task(task_obj, model, **options)
-    return task_obj, loaded, str(model or loaded.name)
+    return loaded, str(model or loaded.name)
 
 
 def _out_folder(out_dir: "str | os.PathLike | None", method: str, task_name: str, label: str) -> Path:

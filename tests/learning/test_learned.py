@@ -171,15 +171,16 @@ def test_bad_cli_values_fail_in_one_line(tmp_path):
 def test_features_name_the_columns_a_policy_reads(tmp_path, monkeypatch):
     """--features self: the rows, the network and the file hold the 13 per-position columns only, and
     the policy decodes; an unknown name fails before any work, peer columns on a task without a
-    declared structure before the rollouts."""
+    declared structure before the model is loaded."""
     import framework.training.zoo
     from framework.cli import train_controller as cmd
     from framework.cli.errors import CLIError
     from framework.learning.features import SELF_FEATURES
     from framework.learning.pipeline import train_policy
 
+    loads = []
     monkeypatch.setattr(framework.training.zoo, "load_model_for_task",
-                        lambda task, model=None, **k: (carry_model(), model or "carry"))
+                        lambda task, model=None, **k: loads.append(task) or (carry_model(), model or "carry"))
     parser = argparse.ArgumentParser(prog="adec")
     cmd.register(parser.add_subparsers())
     bad = tmp_path / "bad"
@@ -190,7 +191,7 @@ def test_features_name_the_columns_a_policy_reads(tmp_path, monkeypatch):
         args.func(args)
     with pytest.raises(ValueError, match="task 'addition' declares no structure"):
         train_policy("addition", out_dir=bad, features="self,peer", policies=("logreg",), verbose=False)
-    assert not bad.exists()
+    assert not bad.exists() and not loads  # refused before the model is loaded
     out = tmp_path / "self"
     res = train_policy("addition", out_dir=out, features="self", policies=("logreg",), n_train=48, n_val=16,
                        n_test=16, task_params={"digits": 2}, wandb_mode="disabled", verbose=False)
