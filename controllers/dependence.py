@@ -29,7 +29,7 @@ from framework.core.params import Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.selection import select_topk
-from framework.models.structure import sudoku_peers
+from framework.models.structure import sudoku_peers, window_peers
 
 
 @lru_cache(maxsize=256)
@@ -143,12 +143,8 @@ class PeerSuppression(Controller):
         conf = f.confidence.float()
         certain = f.eligible & (conf >= self.threshold)
         uncertain = f.eligible & ~certain
-        peers = sudoku_peers(int(self.grid)).to(conf.device)
-        n = peers.shape[0]
-        pos = f.position.clamp(min=0)
-        inside = pos < n
-        cell = pos.clamp(max=n - 1)
-        rival = peers[cell[:, :, None], cell[:, None, :]] & inside[:, :, None] & inside[:, None, :]
+        pos = f.position
+        rival = window_peers(sudoku_peers(int(self.grid)), pos)
         rival &= uncertain[:, None, :] & (pos[:, :, None] != pos[:, None, :])  # [B, W, W]: i's uncertain peers j
         ahead = (conf[:, :, None] > conf[:, None, :]) | \
             ((conf[:, :, None] == conf[:, None, :]) & (pos[:, :, None] < pos[:, None, :]))  # ties: lower cell

@@ -93,9 +93,10 @@ def build_on_policy_dataset(loaded: Any, task: Any, split: str, n: int, controll
                             states_per_rollout: int = 4, data_seed: int = 0, seed: int = 0,
                             progress: Any = None) -> RolloutDataset:
     """:func:`collect_on_policy` over ``n`` examples of a task split (seeds as in evaluation)."""
+    structure = task_generation_structure(task)
     return over_split(loaded, task, split, n,
                       lambda prompts, seeds, cfg, start: collect_on_policy(
                           loaded.denoiser, prompts, controller, cfg, seeds=seeds,
                           states_per_rollout=states_per_rollout, seed=seed + start, batch_size=batch_size,
-                          structure=task_generation_structure(task)),
+                          structure=structure),
                       config=config, batch_size=batch_size, data_seed=data_seed, progress=progress)

@@ -23,7 +23,7 @@ import torch
 
 from framework.engine.features import StepFeatures
 from framework.engine.selection import rank_within
-from framework.models.structure import generation_peers
+from framework.models.structure import generation_peers, window_peers
 
 #: φ, in column order. Every entry is per position; per-sample ones are broadcast over the row.
 SELF_FEATURES: tuple[str, ...] = (
@@ -150,12 +150,8 @@ def peer_columns(f: StepFeatures, peers: Optional[torch.Tensor]) -> list[torch.T
     if peers is None:
         zero = torch.zeros_like(conf)
         return [zero, zero, torch.ones_like(conf), zero]
-    peers = peers.to(conf.device)
-    g = peers.shape[0]
-    inside = (pos >= 0) & (pos < g)
-    p = pos.clamp(0, g - 1)
-    rel = peers[p[:, :, None], p[:, None, :]] & inside[:, :, None] & inside[:, None, :]  # [B, W, W]: j is i's peer
-    degree = peers.sum(1)[p].clamp(min=1).float()
+    rel = window_peers(peers, pos)  # [B, W, W]: j is i's peer
+    degree = peers.to(pos.device).sum(1)[pos.clamp(0, peers.shape[0] - 1)].clamp(min=1).float()
     unc_peer = rel & (el & (conf < UNCERTAIN))[:, None, :]
     frac = unc_peer.sum(2).float() / degree
     best = torch.where(unc_peer, conf[:, None, :], torch.zeros_like(conf)[:, None, :]).amax(2)

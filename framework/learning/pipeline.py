@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
-from framework.learning.features import FEATURE_NAMES, PEER_FEATURES, default_features, parse_features
+from framework.learning.features import PEER_FEATURES, default_features, parse_features
 from framework.learning.nets import CONTROLLER_OF, KINDS
 from framework.learning.policy import DEFAULT_OUT, load_policy, save_policy
 from framework.learning.rollouts import RolloutDataset, build_dataset
@@ -260,7 +260,7 @@ def _rollout_datasets(loaded: Any, task_obj: Any, config: DecodeConfig, n_train:
                             rollout=roll)
     dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
                "val_positive_rate": val.positive_rate, "n_train": n_train, "n_val": n_val,
-               "rollout": rollout or "sequential", "features": list(FEATURE_NAMES), "labels": labels}
+               "rollout": rollout or "sequential", "labels": labels}
     say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
         f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
     return train, val, dataset

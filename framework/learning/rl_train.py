@@ -21,6 +21,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from framework.engine.config import DecodeConfig
+from framework.learning.features import FEATURE_NAMES
 from framework.learning.nets import CONTROLLER_OF, build_net
 from framework.learning.policy import load_policy, save_policy
 from framework.learning.rl import (
@@ -44,10 +45,11 @@ def _rl_module_class() -> type:
         """The policy under REINFORCE: loss = −mean A·log π(a | s); logs the rollouts' figures."""
 
         def __init__(self, kind: str = "mlp", arch: Optional[dict] = None, lr: float = 1e-3,
-                     threshold: float = 0.99, temperature: float = 1.0, n_features: Optional[int] = None) -> None:
+                     threshold: float = 0.99, temperature: float = 1.0,
+                     n_features: int = len(FEATURE_NAMES)) -> None:
             super().__init__()
             self.save_hyperparameters()
-            self.net = build_net(kind, arch, **({"n_features": n_features} if n_features else {}))
+            self.net = build_net(kind, arch, n_features=n_features)
             self.stats: dict[str, float] = {}
             self.collect: Any = None  # epoch -> tensors of the rollouts' steps (set by rl_finetune)
             self.buffer: tuple = ()

@@ -159,8 +159,9 @@ def over_split(loaded: Any, task: Any, split: str, n: int, collect: Any, *,
 def build_dataset(loaded: Any, task: Any, split: str, n: int, *, config: Optional[DecodeConfig] = None,
                   batch_size: int = 64, rollout: Any = None, data_seed: int = 0) -> RolloutDataset:
     """:func:`collect_rollouts` over ``n`` examples of a task split (seeds as in evaluation)."""
+    structure = task_generation_structure(task)
     return over_split(loaded, task, split, n,
                       lambda prompts, seeds, cfg,
                       start: collect_rollouts(loaded.denoiser, prompts, cfg, seeds=seeds, rollout=rollout,
-                                              structure=task_generation_structure(task)),
+                                              structure=structure),
                       config=config, batch_size=batch_size, data_seed=data_seed)

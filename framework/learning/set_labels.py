@@ -113,6 +113,7 @@ def build_set_dataset(loaded: Any, task: Any, split: str, n: int, controller: An
 
     config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)
     examples = task.examples(split, n, seed=data_seed)
+    structure = task_generation_structure(task)
     parts = []
     for start in range(0, len(examples), batch_size):
         chunk = examples[start:start + batch_size]
@@ -120,7 +121,7 @@ def build_set_dataset(loaded: Any, task: Any, split: str, n: int, controller: An
         parts.append(collect_set_labelled(loaded.denoiser, [loaded.tokenizer.encode(ex.prompt) for ex in chunk],
                                           controller, config, checks,
                                           seeds=item_seeds([ex.id for ex in chunk], config.seed),
-                                          structure=task_generation_structure(task)))
+                                          structure=structure))
         if progress is not None:
             progress.update(len(chunk))
     return RolloutDataset.concat(parts)

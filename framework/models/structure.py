@@ -84,6 +84,15 @@ def _generation_peers(kind: str, size: int, offset: int, gen_length: int) -> tor
     return peers
 
 
+def window_peers(peers: torch.Tensor, position: torch.Tensor) -> torch.Tensor:
+    """``[B, W, W]`` bool: ``peers`` (``[G, G]``, over generation positions) looked up by the window
+    slots' generation ``position`` ``[B, W]``; a slot outside ``peers``' range has no peers."""
+    g = peers.shape[0]
+    inside = (position >= 0) & (position < g)
+    p = position.clamp(0, g - 1)
+    return peers.to(position.device)[p[:, :, None], p[:, None, :]] & inside[:, :, None] & inside[:, None, :]
+
+
 def structure_mask(structure: Optional[dict], length: int) -> Optional[torch.Tensor]:
     """``[length, length]`` bool (True = may attend) for ``structure``, or ``None`` for full attention.
 
