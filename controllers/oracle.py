@@ -73,7 +73,7 @@ class Oracle(Controller):
                 f"(reference={self.reference!r}) and was given none; decode the same prompts, config and seeds "
                 f"with {self.reference!r} first and pass decode(..., context=DecodeContext(reference_tokens="
                 f"result.generated)), or let framework.engine.reference.decode_with_reference(model, prompts, "
-                f"oracle, config), evaluate(...), controllers.oracle.oracle_decode(...) or evaluate_oracle(...) "
+                f"oracle, config), evaluate(...), controllers.oracle.oracle_decode(...) "
                 f"run it for you")
         ref = torch.as_tensor(ref, dtype=torch.long, device=state.seeds.device)
         if tuple(ref.shape) != (state.batch_size, G):
@@ -102,46 +102,3 @@ def oracle_decode(model: Any, prompts: Sequence[Sequence[int]], config: Any, see
     out = decode(model, prompts, oracle, config, seeds=seeds, trace=True,
                  context=DecodeContext(reference_tokens=ref.generated))
     return out, ref
-
-
-def evaluate_oracle(loaded: Any, task: Any, config: Any, *, split: str = "test", n: int = 200,
-                    batch_size: int = 64, reference: str = "sequential", data_seed: int = 0) -> Any:
-    """Accuracy and NFE of the oracle on a task split (same examples and seeds as ``evaluate``).
-
-    ``extra`` holds the reference's figures and the mean number of forced steps per sample.
-    """
-    from framework.engine.evaluate import EvalResult, SampleResult, item_seeds
-
-    examples = task.examples(split, n, seed=data_seed)
-    tok = loaded.tokenizer
-    samples, ref_nfe, ref_correct, forced, seconds = [], [], [], [], 0.0
-    G = config.gen_length
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start : start + batch_size]
-        prompts = [tok.encode(ex.prompt) for ex in chunk]
-        out, ref = oracle_decode(loaded.denoiser, prompts, config,
-                                 seeds=item_seeds([ex.id for ex in chunk], config.seed), reference=reference)
-        seconds += out.total_seconds
-        per_row = torch.zeros(len(chunk), dtype=torch.long)
-        for rec in out.trace:
-            per_row[rec["rows"]] += rec["forced"]
-        forced += per_row.tolist()
-        for i, ex in enumerate(chunk):
-            text = tok.decode(out.generated[i].tolist(), stop_at_eos=True)
-            ref_text = tok.decode(ref.generated[i].tolist(), stop_at_eos=True)
-            samples.append(SampleResult(id=ex.id, prompt=ex.prompt, answer=ex.answer, output=text,
-                                        correct=float(task.score(ex, text)), nfe=int(out.nfe[i]),
-                                        steps=int(out.steps[i]), meta=dict(ex.meta)))
-            ref_correct.append(float(task.score(ex, ref_text)))
-            ref_nfe.append(int(ref.nfe[i]))
-    k = max(1, len(samples))
-    nfe = [s.nfe for s in samples]
-    return EvalResult(
-        task=getattr(task, "name", str(task)), strategy=f"oracle (of {reference})", n=len(samples),
-        accuracy=sum(s.correct for s in samples) / k, nfe=sum(nfe) / k,
-        tpf=sum(G / max(1, x) for x in nfe) / k, ms_per_token=1000.0 * seconds / max(1, len(samples) * G),
-        peak_mem_mb=float("nan"), samples=samples,
-        extra={"reference": reference, "reference_accuracy": sum(ref_correct) / k,
-               "reference_nfe": sum(ref_nfe) / k, "reference_tpf": sum(G / max(1, x) for x in ref_nfe) / k,
-               "forced_steps": sum(forced) / k},
-    )

@@ -157,23 +157,9 @@ def evaluate_cell(cell: Cell, loaded: Any, task: Any, exp: Experiment, dist: Any
     from experiments.distributed import evaluate_sharded
 
     controller, config, lookahead = build_cell(cell, task)
-    evaluator = None
-    if cell.controller == "oracle":
-        from controllers.oracle import evaluate_oracle
-
-        ref = controller.get_params().get("reference", "sequential")
-
-        def evaluator(loaded, task, controller, config, *, strategy, split, n, batch_size, lookahead, repeats,
-                      data_seed):  # noqa: ANN001 - the evaluate() signature
-            res = evaluate_oracle(loaded, task, config, split=split, n=n, batch_size=batch_size,
-                                  reference=ref,
-                                  data_seed=data_seed)
-            res.strategy = strategy
-            return res
-
     return evaluate_sharded(loaded, task, controller, config, dist=dist, strategy=cell.strategy.label,
                             split=exp.split, n=cell.n, batch_size=exp.batch_size, lookahead=lookahead,
-                            repeats=exp.repeats, data_seed=exp.data_seed, evaluator=evaluator)
+                            repeats=exp.repeats, data_seed=exp.data_seed)
 
 
 def compute_cell_metrics(cell: Cell, task: Any, samples: list[dict], device: str = "cpu",

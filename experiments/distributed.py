@@ -114,24 +114,21 @@ class _ShardTask:
 def evaluate_sharded(loaded: Any, task: Any, controller: Any, config: Any, *,
                      dist: Optional[DistContext] = None,
                      strategy: Optional[str] = None, split: str = "test", n: int = 200, batch_size: int = 64,
-                     lookahead: Any = None, repeats: int = 1, data_seed: int = 0,
-                     evaluator: Optional[Callable[..., Any]] = None) -> Any:
+                     lookahead: Any = None, repeats: int = 1, data_seed: int = 0) -> Any:
     """:func:`framework.engine.evaluate.evaluate` over the ranks of ``dist`` (see the module docstring).
 
-    ``evaluator`` replaces ``evaluate`` (same keywords; e.g. the oracle's ``evaluate_oracle``).
-    With one rank it is exactly ``evaluator(...)``.
+    With one rank it is exactly ``evaluate(...)``.
     """
     from framework.engine.evaluate import evaluate
 
-    evaluator = evaluator or evaluate
     kw = dict(strategy=strategy, split=split, batch_size=batch_size, lookahead=lookahead, repeats=repeats,
               data_seed=data_seed)
     dist = dist or DistContext()
     if not dist.active:
-        return evaluator(loaded, task, controller, config, n=n, **kw)
+        return evaluate(loaded, task, controller, config, n=n, **kw)
     examples = task.examples(split, n, seed=data_seed)
     mine = shard_indices(len(examples), dist.rank, dist.world_size)
-    part = evaluator(loaded, _ShardTask(task, [examples[i] for i in mine], split), controller, config,
+    part = evaluate(loaded, _ShardTask(task, [examples[i] for i in mine], split), controller, config,
                      n=len(mine), **kw) if mine else None
     parts = dist.gather((mine, part))
     merged = merge_results(parts, len(examples), config.gen_length)
@@ -147,7 +144,7 @@ def merge_results(parts: Sequence[tuple[list[int], Any]], n: int, gen_length: in
     """One :class:`EvalResult` from the ranks' ``(indices, result)``, samples in the original order."""
     from dataclasses import replace
 
-    from framework.core.measure import tokens_per_forward
+    from framework.core.measure import tokens_per_forward, tokens_per_forward_mean
     from framework.engine.evaluate import EvalResult
 
     parts = [(idx, r) for idx, r in parts if r is not None and idx]
@@ -171,11 +168,12 @@ def merge_results(parts: Sequence[tuple[list[int], Any]], n: int, gen_length: in
     extra["world_size"] = len(parts)
     first = parts[0][1]
     nfe = torch.tensor([s.nfe for s in samples]).float()  # the same float32 means as evaluate()
+    answers = [gen_length if s.answer_tokens is None else s.answer_tokens for s in samples]
     return replace(
         first, n=n, samples=samples,
         accuracy=sum(s.correct for s in samples) / k,
         nfe=float(nfe.mean()),
-        tpf=tokens_per_forward(gen_length, nfe),
+        tpf=tokens_per_forward(answers, nfe), tpf_mean=tokens_per_forward_mean(answers, nfe),
         ms_per_token=1000.0 * wall / max(1, n * gen_length),
         peak_mem_mb=max(r.peak_mem_mb for _, r in parts),
         lookahead_nfe=weight("lookahead_nfe"), forced_steps=weight("forced_steps"), extra=extra,

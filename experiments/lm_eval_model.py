@@ -33,6 +33,7 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
 from experiments.mc_likelihood import MCRequest, greedy_matches, mc_loglikelihoods
+from framework.core.measure import answer_length_before_stop, tokens_per_forward
 from framework.core.params import Configurable, Param, ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
@@ -138,7 +139,7 @@ class AdecLM(LM):
         self._device = model_device(self.loaded.denoiser)
         self._templated = False  # set once lm-eval applied the chat template itself (--apply_chat_template)
         self._warned: set[str] = set()
-        self.stats = {"generated": 0, "nfe": 0, "forwards": 0, "loglikelihood": 0}
+        self.stats = {"generated": 0, "nfe": 0, "answer_tokens": 0, "forwards": 0, "loglikelihood": 0}
 
     def _load(self, name: str) -> Any:
         from framework.training.zoo import load_model
@@ -205,11 +206,21 @@ class AdecLM(LM):
                                     kwargs[i].get("until"))
                 texts[i] = text
                 self.cache_hook.add_partial("generate_until", requests[i].args, text)
+                self.stats["answer_tokens"] += self._answer_tokens(res, j, kwargs[i].get("until"))
             self.stats["generated"] += len(chunk)
             self.stats["nfe"] += int(res.nfe.sum())
             progress.update(len(chunk))
         progress.close()
         return [t or "" for t in texts]
+
+    def _answer_tokens(self, res: Any, row: int, until: Any) -> int:
+        """Row ``row``'s answer positions: to its first end-of-text, or before its first ``until`` string."""
+        stops = [until] if isinstance(until, str) else list(until or [])
+        end = int(res.answer_tokens[row])
+        if not stops:
+            return end
+        return answer_length_before_stop(res.generated[row].tolist(),
+                                         lambda p: self.tokenizer.decode(p, stop_at_eos=False), stops, end)
 
     def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         seed = self.config.seed
@@ -271,8 +282,7 @@ class AdecLM(LM):
             "adec_mc_num": self.options.mc_num, "adec_cfg": self.options.cfg,
             "adec_generated": s["generated"],
             "adec_mean_nfe": s["nfe"] / s["generated"] if s["generated"] else None,
-            "adec_tokens_per_forward": ((self.config.gen_length * s["generated"] / s["nfe"]) if s["nfe"]
-                                        else None),
+            "adec_tokens_per_forward": tokens_per_forward([s["answer_tokens"]], [s["nfe"]]) if s["nfe"] else None,
             "adec_loglikelihood_forward_rows": s["forwards"],
         }
 

@@ -38,7 +38,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompt-file", metavar="JSONL", help="a JSONL file of prompts")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object per sample: prompt, prompt_ids, generated_ids, text, nfe, steps, "
-                        "tokens_per_forward, remasks (revocable decoding)")
+                        "answer_tokens (to the first end-of-text), tokens_per_forward (answer_tokens / nfe), "
+                        "remasks (revocable decoding)")
     p.add_argument("--batch-size", type=int, default=64, help="prompts per batch (default: 64)")
     p.set_defaults(func=run)
 
@@ -87,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
                 print(json.dumps({
                     "id": chunk_ids[i], "prompt": p, "prompt_ids": enc[i], "generated_ids": gen,
                     "text": text, "nfe": int(res.nfe[i]), "steps": int(res.steps[i]),
+                    "answer_tokens": int(res.answer_tokens[i]),
                     "tokens_per_forward": float(res.tokens_per_forward[i]),
                     "remasks": int(res.remasks[i]) if res.remasks is not None else 0,
                     "controller": setup.controller_name,

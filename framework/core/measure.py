@@ -1,4 +1,5 @@
-"""Measurement helpers: peak memory during a call, medians of repeated timings, tokens per forward.
+"""Measurement helpers: peak memory during a call, medians of repeated timings, tokens per forward
+(pooled, as the field counts it, and the per-sample mean).
 
 Peak memory: on CUDA, ``torch.cuda.max_memory_allocated`` over the call. On CPU, PyTorch has no
 allocator statistics, so a background thread samples the process's resident set size every
@@ -18,7 +19,7 @@ import statistics
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
@@ -203,8 +204,72 @@ def timer() -> Iterator[list[float]]:
         out.append(time.perf_counter() - start)
 
 
-def tokens_per_forward(gen_length: int, nfe: Any) -> float:
-    """Tokens per forward as every table here reports it: G / NFE per sample (an NFE of at least 1),
-    averaged over the samples (``nfe``: a tensor or a sequence of per-sample forward counts)."""
-    counts = torch.as_tensor(nfe).float().clamp(min=1)
-    return float((gen_length / counts).mean())
+def tokens_per_forward(answer_tokens: Any, nfe: Any) -> float:
+    """Tokens per forward as the field counts it (d3LLM's leaderboard, dInfer): the answer tokens
+    summed over the evaluated set divided by the forwards summed over it, ``Σ aᵢ / Σ NFEᵢ``.
+
+    ``answer_tokens``: per sample, the positions of the answer (up to and including the first
+    end-of-text, or up to the task's stop string; all G where neither occurs); ``nfe``: per sample,
+    the forward passes. Either may be a tensor or a sequence. A set with no forward at all gives 0.
+    Unlike the per-sample mean (:func:`tokens_per_forward_mean`) it does not flatter a decoder whose
+    forwards vary between samples: it is the tokens one gets for the total cost.
+    """
+    answers, counts = _paired(answer_tokens, nfe)
+    total = float(counts.sum())
+    return float(answers.sum()) / total if total > 0 else 0.0
+
+
+def answer_lengths(generated: torch.Tensor, end_ids: Any) -> torch.Tensor:
+    """Per row of ``generated`` ``[B, G]``: the positions of the answer, up to and including the first
+    of ``end_ids`` (end-of-text, end-of-turn), or all G where none occurs. Long ``[B]``."""
+    G = generated.shape[1]
+    ends = torch.as_tensor(list(end_ids), dtype=generated.dtype, device=generated.device)
+    if ends.numel() == 0 or G == 0:
+        return torch.full((generated.shape[0],), G, dtype=torch.long, device=generated.device)
+    is_end = torch.isin(generated, ends)
+    first = torch.where(is_end.any(1), is_end.float().argmax(1) + 1, torch.full_like(is_end[:, 0], G,
+                                                                                      dtype=torch.long))
+    return first.long()
+
+
+def first_stop(text: str, stops: Sequence[str]) -> int:
+    """Where ``text`` ends at its first stop string (lm-eval's ``until``): the index of the earliest
+    occurrence of any of ``stops``, or ``len(text)`` where none occurs."""
+    return min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=len(text))
+
+
+def answer_length_before_stop(ids: Sequence[int], decode: Callable[[Sequence[int]], str], stops: Sequence[str],
+                              end_length: int) -> int:
+    """The answer's positions when a stop string ends it: the generated positions whose text lies
+    before the first stop (a token that straddles the stop counts), found by bisection over the
+    decoded prefixes ``decode(ids[:m])``; ``end_length`` (the positions up to the first end-of-text)
+    where no stop occurs in ``decode(ids[:end_length])`` or it would be longer."""
+    text = decode(ids[:end_length])
+    cut = first_stop(text, stops)
+    if cut >= len(text):
+        return end_length
+    lo, hi = 0, end_length  # the largest m whose decoded prefix fits before the stop
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if len(decode(ids[:mid])) <= cut:
+            lo = mid
+        else:
+            hi = mid - 1
+    straddles = len(decode(ids[:lo])) < cut
+    return min(end_length, lo + int(straddles))
+
+
+def tokens_per_forward_mean(answer_tokens: Any, nfe: Any) -> float:
+    """The per-sample mean of ``aᵢ / NFEᵢ`` (an NFE of at least 1): the second, flattering figure that
+    some tables print beside :func:`tokens_per_forward` (dInfer's bracketed per-batch mean)."""
+    answers, counts = _paired(answer_tokens, nfe)
+    return float((answers / counts.clamp(min=1)).mean()) if counts.numel() else 0.0
+
+
+def _paired(answer_tokens: Any, nfe: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    answers = torch.as_tensor(answer_tokens, dtype=torch.float64).reshape(-1)
+    counts = torch.as_tensor(nfe, dtype=torch.float64).reshape(-1)
+    if answers.shape != counts.shape:
+        raise ValueError(f"tokens per forward: {answers.numel()} answer-token counts for {counts.numel()} NFE "
+                         "counts; expected one of each per sample")
+    return answers, counts

@@ -3,7 +3,12 @@
 Cost figures, in order of trust:
 
 * ``nfe``: mean forward passes per sample (exact, hardware-independent; rollouts included),
-* ``tpf``: tokens per forward, generated positions G divided by NFE, averaged over samples,
+* ``tpf``: tokens per forward as the field counts it (d3LLM's leaderboard, dInfer): the answers'
+  tokens summed over the examples divided by the forwards summed over them
+  (:func:`framework.core.measure.tokens_per_forward`); an answer's tokens are its positions up to
+  and including the first end-of-text, or up to the task's first stop string
+  (:meth:`Task.stop_strings`), all G where neither occurs,
+* ``tpf_mean``: the per-sample mean of answer tokens / NFE (flatters decoders whose NFE varies),
 * ``ms_per_token``: median over ``repeats`` runs of wall-time / (samples × G),
 * ``peak_mem_mb``: peak memory above the start of the run (see :mod:`framework.core.measure`).
 """
@@ -15,7 +20,13 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.measure import PeakMemory, median, tokens_per_forward
+from framework.core.measure import (
+    PeakMemory,
+    answer_length_before_stop,
+    median,
+    tokens_per_forward,
+    tokens_per_forward_mean,
+)
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
@@ -37,6 +48,7 @@ class SampleResult:
     nfe: int
     steps: int
     meta: dict = field(default_factory=dict)
+    answer_tokens: Optional[int] = None
 
 
 @dataclass
@@ -51,6 +63,7 @@ class EvalResult:
     peak_mem_mb: float
     lookahead_nfe: float = 0.0
     forced_steps: float = 0.0
+    tpf_mean: float = float("nan")
     extra: dict = field(default_factory=dict)
     samples: list[SampleResult] = field(default_factory=list, repr=False)
 
@@ -136,24 +149,26 @@ def evaluate(
         if r == 0:
             texts, results = out_texts, out_results
     return summarise(task, examples, texts, results, config, strategy=strategy or controller.display_name(),
-                     lookahead=lookahead, seconds=median(times), peak_mb=peak)
+                     lookahead=lookahead, seconds=median(times), peak_mb=peak, tokenizer=loaded.tokenizer)
 
 
 def summarise(task: Any, examples: Sequence[Any], texts: Sequence[str], results: Sequence[DecodeResult],
-              config: DecodeConfig, *, strategy: str, lookahead: Any, seconds: float, peak_mb: float) -> EvalResult:
+              config: DecodeConfig, *, strategy: str, lookahead: Any, seconds: float, peak_mb: float,
+              tokenizer: Any = None) -> EvalResult:
     """The :class:`EvalResult` of decoded ``texts`` (one per example, in order) and their batches'
-    ``results``: exact-match accuracy, NFE, tokens per forward, ``seconds`` per token, and the ``extra`` figures."""
+    ``results``: exact-match accuracy, NFE, tokens per forward (pooled and per-sample mean),
+    ``seconds`` per token, and the ``extra`` figures. ``tokenizer`` decodes prefixes where a task's
+    stop string ends an answer before its end-of-text (without one, answers end at end-of-text)."""
     nfe = torch.cat([x.nfe for x in results]).float()
     steps = torch.cat([x.steps for x in results])
     la = torch.cat([x.lookahead_nfe for x in results]).float()
     forced = torch.cat([x.forced for x in results]).float()
+    answers = answer_token_counts(task, examples, results, tokenizer)
     G = config.gen_length
-    samples = []
-    for i, ex in enumerate(examples):
-        samples.append(SampleResult(
-            id=ex.id, prompt=ex.prompt, answer=ex.answer, output=texts[i],
-            correct=float(task.score(ex, texts[i])), nfe=int(nfe[i]), steps=int(steps[i]), meta=dict(ex.meta),
-        ))
+    samples = [SampleResult(id=ex.id, prompt=ex.prompt, answer=ex.answer, output=texts[i],
+                            correct=float(task.score(ex, texts[i])), nfe=int(nfe[i]), steps=int(steps[i]),
+                            meta=dict(ex.meta), answer_tokens=answers[i])
+               for i, ex in enumerate(examples)]
     extra: dict[str, Any] = {}
     fwd = sum(x.forward_seconds for x in results)
     tot = sum(x.total_seconds for x in results)
@@ -165,10 +180,30 @@ def summarise(task: Any, examples: Sequence[Any], texts: Sequence[str], results:
     return EvalResult(
         task=getattr(task, "name", str(task)), strategy=strategy, n=len(samples),
         accuracy=sum(s.correct for s in samples) / max(1, len(samples)), nfe=float(nfe.mean()),
-        tpf=tokens_per_forward(G, nfe), ms_per_token=1000.0 * seconds / max(1, len(samples) * G),
+        tpf=tokens_per_forward(answers, nfe), tpf_mean=tokens_per_forward_mean(answers, nfe),
+        ms_per_token=1000.0 * seconds / max(1, len(samples) * G),
         peak_mem_mb=peak_mb, lookahead_nfe=float(la.mean()), forced_steps=float(forced.mean()), extra=extra,
         samples=samples,
     )
+
+
+def answer_token_counts(task: Any, examples: Sequence[Any], results: Sequence[DecodeResult],
+                        tokenizer: Any = None) -> list[int]:
+    """Per example, its answer's positions: the decode's ``answer_tokens`` (up to and including the
+    first end-of-text), cut before the task's first stop string where one occurs earlier (the
+    positions whose text lies before it, :func:`~framework.core.measure.answer_length_before_stop`)."""
+    generated = [row for x in results for row in x.generated.tolist()]
+    ends = [int(a) for x in results for a in (x.answer_tokens if x.answer_tokens is not None
+                                              else [x.generated.shape[1]] * x.generated.shape[0])]
+    stops_of = getattr(task, "stop_strings", None)
+    if tokenizer is None or stops_of is None:
+        return ends
+    out = []
+    for ex, ids, end in zip(examples, generated, ends):
+        stops = stops_of(ex)
+        out.append(answer_length_before_stop(ids, lambda p: tokenizer.decode(p, stop_at_eos=False), stops, end)
+                   if stops else end)
+    return out
 
 
 def coherence_summary(task: Any, examples: Sequence[Any], texts: Sequence[str]) -> dict[str, float]:

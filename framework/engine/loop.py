@@ -37,7 +37,7 @@ from typing import Any, Sequence
 
 import torch
 
-from framework.core.measure import synced_clock
+from framework.core.measure import answer_lengths, synced_clock
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller, DecodeState
@@ -67,7 +67,10 @@ class DecodeResult:
     a token because the controller committed none, ``cache_refreshes`` the full forwards that
     refreshed the KV cache (part of ``nfe``; ``None`` counts as 0 with ``cache='none'``),
     ``remasks`` the decided tokens returned to the mask per sample (revocable decoding),
-    ``escalations`` the lookahead steps whose winner was an escalation candidate (``Lookahead.escalate``).
+    ``escalations`` the lookahead steps whose winner was an escalation candidate (``Lookahead.escalate``),
+    ``answer_tokens`` the answer's positions per sample: up to and including the first end-of-text
+    (the context's ``eos_token_ids``), all G where none occurs (what tokens per forward counts,
+    :func:`framework.core.measure.tokens_per_forward`).
     """
 
     tokens: torch.Tensor
@@ -84,11 +87,13 @@ class DecodeResult:
     trace: list[dict[str, Any]] = field(default_factory=list)
     cache_refreshes: torch.Tensor | None = None
     escalations: torch.Tensor | None = None
+    answer_tokens: torch.Tensor | None = None
 
     @property
     def tokens_per_forward(self) -> torch.Tensor:
-        """Generated positions per forward pass, per sample (G / NFE)."""
-        return self.generated.shape[1] / self.nfe.clamp(min=1).float()
+        """Answer tokens per forward pass, per sample (``answer_tokens / NFE``; G / NFE without them)."""
+        answers = self.answer_tokens if self.answer_tokens is not None else self.generated.shape[1]
+        return answers / self.nfe.clamp(min=1).float()
 
 
 def layout(
@@ -259,11 +264,13 @@ def model_end_ids(model: Any) -> tuple[int, ...]:
 def finish(run: Run) -> DecodeResult:
     """The call's :class:`DecodeResult`."""
     cv, c = run.canvas, run.counters
+    generated = cv.x.gather(1, cv.gen_index)
     return DecodeResult(
-        tokens=cv.x, generated=cv.x.gather(1, cv.gen_index), gen_start=cv.gen_start, nfe=c.nfe, steps=c.steps,
+        tokens=cv.x, generated=generated, gen_start=cv.gen_start, nfe=c.nfe, steps=c.steps,
         lookahead_nfe=c.lookahead_nfe, forced=c.forced, remasks=c.remasks, forward_seconds=run.forward_seconds,
         total_seconds=synced_clock(cv.x.device) - run.t_start, fallbacks=c.fallbacks, trace=run.records,
         cache_refreshes=run.session.refreshes, escalations=c.escalations,
+        answer_tokens=answer_lengths(generated, run.state.context.eos_token_ids),
     )
 
 

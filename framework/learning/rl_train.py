@@ -20,6 +20,7 @@ from typing import Any, Optional
 import torch
 from torch.utils.data import IterableDataset
 
+from framework.core.measure import tokens_per_forward
 from framework.engine.config import DecodeConfig
 from framework.learning.features import FEATURE_NAMES
 from framework.learning.nets import CONTROLLER_OF, build_net
@@ -171,7 +172,7 @@ class _RolloutCollector:
         r = reward(c, n, G, self.lam, self.reward_form)
         adv = group_advantages(r, torch.tensor(groups), self.normalise)
         module.stats = {"reward": float(r.mean()), "accuracy": float(c.mean()), "nfe": float(n.mean()),
-                        "tpf": float((G / n).mean())}
+                        "tpf": tokens_per_forward(torch.full_like(n, G), n)}  # every position: G / mean NFE
         self.history.append({"epoch": epoch, **module.stats})
         if self.verbose:
             st = module.stats

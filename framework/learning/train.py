@@ -316,17 +316,16 @@ def calibrate_threshold(loaded: Any, task: Any, controller: str, policy: "str | 
     """Decode ``n`` validation examples at each threshold; pick the tuning rule's point (inside
     ``verified`` when ``verify_threshold`` is given, as the policy will be decoded)."""
     from framework.tuning.front import choose_index
-    from framework.tuning.objective import REFERENCE, accuracy_cost_figures, score_examples
+    from framework.tuning.objective import REFERENCE, score_examples
 
     examples = task.examples("validation", n, seed=data_seed)
     if reference is None:
-        c, m = score_examples(loaded, task, build_controller(REFERENCE), config, examples, batch_size)
-        reference = accuracy_cost_figures(c, m, config.gen_length)
+        reference = score_examples(loaded, task, build_controller(REFERENCE), config, examples, batch_size).figures()
     sweep = []
     for thr in thresholds:
         ctrl = policy_controller(controller, policy, thr, verify_threshold)
-        c, m = score_examples(loaded, task, ctrl, config, examples, batch_size)
-        sweep.append({"threshold": float(thr), **accuracy_cost_figures(c, m, config.gen_length)})
+        sweep.append({"threshold": float(thr),
+                      **score_examples(loaded, task, ctrl, config, examples, batch_size).figures()})
     i, met = choose_index([(s["accuracy"], s["nfe"]) for s in sweep], reference["accuracy"], max_drop)
     return {"threshold": sweep[i]["threshold"], "met_target": met, "sweep": sweep, "reference": reference,
             "rule": f"fewest mean NFE with validation accuracy >= {REFERENCE} - {max_drop:g}"}

@@ -204,6 +204,11 @@ class Task(Configurable):
         """1.0 if ``output_text`` (decoded up to the first EOS) is exactly the answer, else 0.0."""
         return float(fold_whitespace(output_text) == example.answer)
 
+    def stop_strings(self, example: Example) -> list[str]:
+        """The strings at which an output ends for scoring (lm-eval's ``until``); none by default.
+        Tokens per forward counts an answer's positions up to the first of them."""
+        return []
+
     def completable(self, example: Example, tokens: Sequence[int], committed: Sequence[bool]) -> Optional[bool]:
         """Whether a partly decided answer can still end correct: some output that :meth:`score` gives
         1.0 agrees with ``tokens[i]`` wherever ``committed[i]`` (positions of the generation). The

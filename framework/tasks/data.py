@@ -36,6 +36,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
+from framework.core.measure import first_stop
 from framework.core.params import Param, ParameterError
 from framework.tasks.base import SPLITS, TASKS, Example, Task
 
@@ -52,8 +53,7 @@ class DataTaskError(ParameterError):
 def cut_at_stops(text: str, until: "str | Sequence[str] | None") -> str:
     """``text`` up to the first occurrence of any stop string (lm-eval's ``until``)."""
     stops = [until] if isinstance(until, str) else list(until or [])
-    cut = min((i for i in (text.find(s) for s in stops if s) if i >= 0), default=len(text))
-    return text[:cut]
+    return text[:first_stop(text, stops)]
 
 
 def template_keys(template: str) -> list[str]:
@@ -402,6 +402,10 @@ class DataTask(Task):
     def score(self, example: Example, output_text: str) -> float:
         """The metric's headline figure for the output cut at the first ``until`` string."""
         return float(self.scorer().score(cut_at_stops(output_text, self.until), example))
+
+    def stop_strings(self, example: Example) -> list[str]:
+        """``until``: the output is cut at the first of them."""
+        return list(self.until or [])
 
     def score_ids(self, example: Example, generated_ids: Any) -> float:  # pragma: no cover - needs the model
         raise DataTaskError("data task: score the decoded text (score(example, loaded.tokenizer.decode(ids)))")

@@ -220,6 +220,10 @@ class LmEvalTask(Task):
                                   f"{', '.join(out)}")
         return {key: out[key], **{k: v for k, v in out.items() if k != key}}
 
+    def stop_strings(self, example: Example) -> list[str]:
+        """The request's ``until`` (lm-eval cuts the output at the first of them)."""
+        return list(example.meta.get("until") or [])
+
     def score(self, example: Example, output_text: str) -> float:
         """The headline figure (lm-eval's first metric under its first filter, or ``headline``)."""
         return next(iter(self.scores(example, output_text).values()))

@@ -13,6 +13,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from framework.core.measure import tokens_per_forward
 from framework.core.params import ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
@@ -26,26 +27,41 @@ SETUP_KEYS = ("controller", "task", "task_params", "fixed", "decode", "n_val", "
 
 
 # ---------------------------------------------------------------------- evaluation
+@dataclass
+class Scored:
+    """Per-example outcomes of a decode: the score (``task.score``), the forwards (NFE) and the
+    answer's tokens (what tokens per forward counts); ``+`` joins two parts in order."""
+
+    correct: list[float]
+    nfe: list[int]
+    answer_tokens: list[int]
+
+    def __add__(self, other: "Scored") -> "Scored":
+        return Scored(self.correct + other.correct, self.nfe + other.nfe, self.answer_tokens + other.answer_tokens)
+
+    def figures(self) -> dict[str, float]:
+        """Mean accuracy, mean NFE, pooled tokens per forward and the example count."""
+        return {"accuracy": mean(self.correct), "nfe": mean(self.nfe),
+                "tpf": tokens_per_forward(self.answer_tokens, self.nfe), "n": len(self.correct)}
+
+
 def score_examples(loaded: LoadedModel, task: Any, controller: Controller, config: DecodeConfig,
-                   examples: Sequence[Any], batch_size: int = 64) -> tuple[list[float], list[int]]:
-    """Per-example score (``task.score``: exact match, or the task's metric) and NFE (same seeds as :func:`framework.engine.evaluate.evaluate`)."""
-    from framework.engine.evaluate import decode_texts
+                   examples: Sequence[Any], batch_size: int = 64) -> Scored:
+    """Per-example score (``task.score``: exact match, or the task's metric), NFE and answer tokens
+    (same seeds as :func:`framework.engine.evaluate.evaluate`)."""
+    from framework.engine.evaluate import answer_token_counts, decode_texts
 
     if not examples:
-        return [], []
+        return Scored([], [], [])
     texts, results, _ = decode_texts(loaded, [ex.prompt for ex in examples], controller, config,
                                      ids=[ex.id for ex in examples], batch_size=batch_size)
     nfe = torch.cat([r.nfe for r in results]).tolist()
-    return [float(task.score(ex, t)) for ex, t in zip(examples, texts)], [int(n) for n in nfe]
+    return Scored([float(task.score(ex, t)) for ex, t in zip(examples, texts)], [int(n) for n in nfe],
+                  answer_token_counts(task, examples, results, loaded.tokenizer))
 
 
 def mean(xs: Sequence[float]) -> float:
     return float(sum(xs) / len(xs)) if xs else float("nan")
-
-
-def accuracy_cost_figures(correct: Sequence[float], nfe: Sequence[int], gen_length: int) -> dict[str, float]:
-    return {"accuracy": mean(correct), "nfe": mean(nfe),
-            "tpf": mean([gen_length / max(1, n) for n in nfe]), "n": len(correct)}
 
 
 # ---------------------------------------------------------------------- one worker
@@ -109,17 +125,17 @@ def make_objective(settings: TuneSettings, loaded: LoadedModel, task: Any, confi
         try:
             ctrl = cls.build(**params)
             trial.set_user_attr("params", plain_params(ctrl.get_params()))
-            c1, n1 = score_examples(loaded, task, ctrl, config, chunk, settings.batch_size)
+            first = score_examples(loaded, task, ctrl, config, chunk, settings.batch_size)
         except ParameterError as exc:  # sampled values incompatible with each other or the config
             trial.set_user_attr("invalid", str(exc))
             raise optuna.TrialPruned(f"invalid: {exc}") from None
-        trial.set_user_attr("chunk_accuracy", mean(c1))
+        chunk_accuracy = mean(first.correct)
+        trial.set_user_attr("chunk_accuracy", chunk_accuracy)
         floor = reference["chunk_accuracy"] - (settings.prune_margin if settings.prune_margin is not None else math.inf)
-        if rest and mean(c1) < floor:
-            trial.set_user_attr("pruned_reason", f"chunk accuracy {mean(c1):.3f} < {floor:.3f}")
-            raise optuna.TrialPruned(f"accuracy {mean(c1):.3f} on the first {len(chunk)} examples")
-        c2, n2 = score_examples(loaded, task, ctrl, config, rest, settings.batch_size)
-        fig = accuracy_cost_figures(c1 + c2, n1 + n2, config.gen_length)
+        if rest and chunk_accuracy < floor:
+            trial.set_user_attr("pruned_reason", f"chunk accuracy {chunk_accuracy:.3f} < {floor:.3f}")
+            raise optuna.TrialPruned(f"accuracy {chunk_accuracy:.3f} on the first {len(chunk)} examples")
+        fig = (first + score_examples(loaded, task, ctrl, config, rest, settings.batch_size)).figures()
         trial.set_user_attr("tpf", fig["tpf"])
         return fig["accuracy"], fig["nfe"]
 

@@ -64,7 +64,6 @@ from framework.tuning.objective import (
     REFERENCE,
     SETUP_KEYS,
     TuneSettings,
-    accuracy_cost_figures,
     count_done,
     mean,
     plain_params,
@@ -247,9 +246,9 @@ def _ensure_reference(study: Any, settings: TuneSettings, cls: type, loaded: Loa
     if reference is not None:
         return reference
     val = task_obj.examples("validation", settings.n_val, seed=settings.data_seed)
-    c, n = score_examples(loaded, task_obj, build_controller(REFERENCE), config, val, settings.batch_size)
-    reference = {**accuracy_cost_figures(c, n, config.gen_length),
-                 "chunk_accuracy": mean(c[: settings.n_chunk]), "controller": REFERENCE}
+    scored = score_examples(loaded, task_obj, build_controller(REFERENCE), config, val, settings.batch_size)
+    reference = {**scored.figures(), "chunk_accuracy": mean(scored.correct[: settings.n_chunk]),
+                 "controller": REFERENCE}
     study.set_user_attr("reference", reference)
     study.set_user_attr("setup", plain_params(settings.setup()))
     point = default_point(cls, tuned_space(cls, settings.fixed, settings.ranges))

@@ -5,8 +5,8 @@ from __future__ import annotations
 from framework.cli.bench import reading
 
 
-def _row(name: str, kind: str, acc: float, tpf: float) -> dict:
-    return {"strategy": name, "kind": kind, "accuracy": acc, "tpf": tpf}
+def _row(name: str, kind: str, acc: float, tpf: float, nfe: float | None = None) -> dict:
+    return {"strategy": name, "kind": kind, "accuracy": acc, "tpf": tpf, "nfe": 81 / tpf if nfe is None else nfe}
 
 
 def test_reading_names_the_fastest_matched_strategy_and_the_oracles_room():
@@ -14,9 +14,18 @@ def test_reading_names_the_fastest_matched_strategy_and_the_oracles_room():
             _row("b", "baseline", 0.92, 2.0), _row("c", "baseline", 0.50, 9.0), _row("oracle", "oracle", 1.0, 7.5)]
     text = reading(rows)
     assert "one token per step reaches 90.0%" in text
-    assert "fastest within 1% of it is a at 3.00 tokens per forward" in text  # c is faster but lost 40 points
+    assert "fastest within 1% of it is a at 27.00 forwards (3.00 tokens per forward)" in text  # c lost 40 points
     assert "the oracle commits 2.5x as many per forward (7.50)" in text
     assert "1 lose accuracy, worst c (50.0%)" in text
+
+
+def test_reading_chooses_by_total_forwards_not_by_the_mean_of_ratios():
+    """The main job's case: a decoder that spends few forwards on most puzzles and dozens on some has
+    a high per-sample mean of G / NFE but more forwards in all; the reading names the cheaper one."""
+    rows = [_row("sequential", "reference", 0.68, 1.0), _row("verifier", "heuristic", 0.72, 5.05, nfe=16.04),
+            _row("learned", "learned", 0.68, 6.49, nfe=12.48)]
+    rows[1]["tpf_mean"] = 12.44  # flattering, and not what the reading reads
+    assert "the fastest within 1% of it is learned at 12.48 forwards (6.49 tokens per forward)" in reading(rows)
 
 
 def test_reading_without_a_match_or_a_reference():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from controllers.oracle import MissingReferenceError, evaluate_oracle, oracle_decode
+from controllers.oracle import MissingReferenceError, oracle_decode
 from framework.core.params import ParameterError
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
@@ -14,7 +14,7 @@ from framework.engine.controller_io import (
     load_controller,
     save_controller,
 )
-from framework.engine.evaluate import evaluate
+from framework.engine.evaluate import evaluate, item_seeds
 from framework.engine.loop import decode
 from framework.engine.reference import decode_with_reference, reference_spec
 from framework.tasks.base import get_task
@@ -55,11 +55,14 @@ def test_carry_toy_reaches_the_designed_minimum():
     loaded, task = carry_model(), get_task("addition", digits=2)
     config = DecodeConfig(gen_length=task.gen_length)
     ex = task.examples("test", 32)
-    res = evaluate_oracle(loaded, task, config, split="test", n=32, batch_size=8)
+    res = evaluate(loaded, task, build_controller("oracle"), config, split="test", n=32, batch_size=8)
+    ref = evaluate(loaded, task, build_controller("sequential"), config, split="test", n=32, batch_size=8)
     assert [s.nfe for s in res.samples] == [1 + e.meta["carries"] for e in ex]
-    assert res.accuracy == 1.0 and res.extra["reference_accuracy"] == 1.0
-    assert res.extra["reference_nfe"] == task.gen_length and res.extra["forced_steps"] == 0
-    assert res.tpf == pytest.approx(sum(task.gen_length / (1 + e.meta["carries"]) for e in ex) / 32)
+    assert res.accuracy == 1.0 and ref.accuracy == 1.0 and res.forced_steps == 0
+    assert ref.nfe == task.gen_length
+    answers = [s.answer_tokens for s in res.samples]  # up to and including the first [EOS]
+    assert answers == [len(task.tokenizer.encode(e.answer)) + 1 for e in ex]
+    assert res.tpf == pytest.approx(sum(answers) / sum(1 + e.meta["carries"] for e in ex))
 
 
 @pytest.mark.parametrize("temperature", [0.0, 0.8])
@@ -116,12 +119,15 @@ def test_missing_or_mismatched_reference_fails_clearly():
 
 
 def test_evaluate_runs_the_reference_the_oracle_names():
-    """``evaluate`` honours ``Controller.reference_param``: the oracle through it equals ``evaluate_oracle``."""
+    """``evaluate`` honours ``Controller.reference_param``: the oracle through it equals ``oracle_decode``."""
     loaded, task = carry_model(), get_task("addition", digits=2)
     config = DecodeConfig(gen_length=task.gen_length)
-    direct = evaluate_oracle(loaded, task, config, split="test", n=16, batch_size=8)
+    ex = task.examples("test", 16)
+    direct, _ = oracle_decode(loaded.denoiser, [loaded.tokenizer.encode(e.prompt) for e in ex], config,
+                              seeds=item_seeds([e.id for e in ex], config.seed))
     via = evaluate(loaded, task, build_controller("oracle"), config, split="test", n=16, batch_size=8)
-    assert [s.nfe for s in via.samples] == [s.nfe for s in direct.samples]
-    assert [s.output for s in via.samples] == [s.output for s in direct.samples]
+    assert [s.nfe for s in via.samples] == direct.nfe.tolist()
+    assert [s.output for s in via.samples] == [loaded.tokenizer.decode(g, stop_at_eos=True)
+                                               for g in direct.generated.tolist()]
     assert reference_spec(build_controller("oracle", reference="llada")) == "llada"
     assert reference_spec(build_controller("sequential")) is None

@@ -62,3 +62,70 @@ def test_task_aup_takes_y_max_over_every_curve():
 def test_bad_input_is_refused_with_a_clear_message(points, y_max, match):
     with pytest.raises(ValueError, match=match):
         aup(points, y_max)
+
+
+# The d3LLM leaderboard's own data (hao-ai-lab/d3LLM, AUP_leaderboard/data_llada.yaml): per task, each
+# method's (tokens per forward, accuracy in percent) points, as that file lists them.
+LEADERBOARD_LLADA = {
+    "GSM8K-CoT": {
+        "Qwen-2.5-7B-it": [(1.0, 74.1)],
+        "LLaDA": [(1.0, 72.55)],
+        "Fast-dLLM-LLaDA": [(1.0, 74.79), (2.77, 74.68)],
+        "D2F": [(1.0, 74.98), (2.88, 74.39)],
+        "dParallel-LLaDA": [(1.0, 74.0), (5.14, 72.63)],
+        "d3LLM-LLaDA": [(1.0, 74.02), (9.11, 73.09)],
+    },
+    "MATH": {
+        "Qwen-2.5-7B-it": [(1.0, 41.15)],
+        "LLaDA": [(1.0, 32.2)],
+        "Fast-dLLM-LLaDA": [(1.0, 32.1), (1.97, 30.82)],
+        "D2F": [(1.0, 29.1), (2.66, 28.94)],
+        "dParallel-LLaDA": [(1.0, 32.0), (3.17, 30.18)],
+        "d3LLM-LLaDA": [(1.0, 32.76), (5.74, 30.36)],
+    },
+    "MBPP": {
+        "Qwen-2.5-7B-it": [(1.0, 63.6)],
+        "LLaDA": [(1.0, 41.72)],
+        "Fast-dLLM-LLaDA": [(1.0, 41.58), (2.13, 38.6)],
+        "D2F": [(1.0, 39.1), (2.13, 39.0)],
+        "dParallel-LLaDA": [(1.0, 41.62), (2.35, 40.0)],
+        "d3LLM-LLaDA": [(1.0, 42.0), (4.21, 40.6)],
+    },
+    "HumanEval": {
+        "Qwen-2.5-7B-it": [(1.0, 67.73)],
+        "LLaDA": [(1.0, 38.28)],
+        "Fast-dLLM-LLaDA": [(1.0, 38.16), (2.56, 37.8)],
+        "D2F": [(1.0, 41.02), (2.69, 40.64)],
+        "dParallel-LLaDA": [(1.0, 39.68), (4.93, 39.02)],
+        "d3LLM-LLaDA": [(1.0, 39.8), (5.95, 39.63)],
+    },
+    "Long-GSM8K": {
+        "Qwen-2.5-7B-it": [(1.0, 82.56)],
+        "LLaDA": [(1.0, 78.58)],
+        "Fast-dLLM-LLaDA": [(1.0, 78.45), (2.45, 78.01)],
+        "D2F": [(1.0, 76.0), (2.7, 75.66)],
+        "dParallel-LLaDA": [(1.0, 79.15), (4.49, 76.65)],
+        "d3LLM-LLaDA": [(1.0, 78.32), (6.95, 74.22)],
+    },
+}
+
+# The AUP values the leaderboard publishes (asset/imgs/dllm_leaderboard.png, one decimal; its "Avg
+# AUP" is the mean over the five tasks).
+PUBLISHED_AUP = {
+    "d3LLM-LLaDA": {"GSM8K-CoT": 637.7, "MATH": 107.6, "MBPP": 88.4, "HumanEval": 96.6, "Long-GSM8K": 441.1},
+    "dParallel-LLaDA": {"GSM8K-CoT": 358.1, "MATH": 64.5, "MBPP": 60.5, "HumanEval": 83.7, "Long-GSM8K": 309.1},
+}
+PUBLISHED_AVERAGE = {"d3LLM-LLaDA": 274.3, "dParallel-LLaDA": 175.2}
+
+
+@pytest.mark.parametrize("method", sorted(PUBLISHED_AUP))
+def test_reproduces_the_d3llm_leaderboard_from_its_own_data(method):
+    """``task_aup`` (y_max over every method of the task) gives the leaderboard's published AUP to its
+    precision. This project's two deviations (drop instead of refuse, ties by accuracy) change none of
+    these values: no listed point is more than 5 below its method's first one, and no ρ repeats."""
+    scores = {task: task_aup(methods)[0][method] for task, methods in LEADERBOARD_LLADA.items()}
+    assert {task: round(v, 1) for task, v in scores.items()} == PUBLISHED_AUP[method]
+    assert round(sum(scores.values()) / len(scores), 1) == PUBLISHED_AVERAGE[method]
+    for methods in LEADERBOARD_LLADA.values():
+        for pts in methods.values():
+            assert kept_points(pts) == sorted((float(r), float(y)) for r, y in pts)

@@ -73,15 +73,17 @@ def test_merge_puts_samples_back_in_order_and_takes_the_slowest_rank():
     from framework.engine.evaluate import EvalResult, SampleResult
 
     def part(ids, nfes, ms):
-        s = [SampleResult(id=str(i), prompt="", answer="", output="", correct=float(i % 2), nfe=n, steps=n)
-             for i, n in zip(ids, nfes)]
+        s = [SampleResult(id=str(i), prompt="", answer="", output="", correct=float(i % 2), nfe=n, steps=n,
+                          answer_tokens=i + 1) for i, n in zip(ids, nfes)]
         return EvalResult(task="t", strategy="x", n=len(s), accuracy=0, nfe=0, tpf=0, ms_per_token=ms,
                           peak_mem_mb=float(len(s)), samples=s, extra={"loop_overhead_ratio": 1.0 * len(s)})
 
     merged = merge_results([([0, 2], part([0, 2], [4, 2], 1.0)), ([1], part([1], [1], 5.0))], 3, gen_length=4)
     assert [s.id for s in merged.samples] == ["0", "1", "2"]
     assert merged.accuracy == pytest.approx(1 / 3) and merged.nfe == pytest.approx(7 / 3)
-    assert merged.tpf == pytest.approx((1 + 4 + 2) / 3)
+    # answers of 1, 2, 3 tokens in 4 + 1 + 2 forwards, pooled; the per-sample mean beside it
+    assert merged.tpf == pytest.approx((1 + 2 + 3) / (4 + 1 + 2))
+    assert merged.tpf_mean == pytest.approx((1 / 4 + 2 / 1 + 3 / 2) / 3)
     # rank 0 took 2 x 4 x 1 ms, rank 1 took 1 x 4 x 5 ms: wall = 20 ms over 12 positions
     assert merged.ms_per_token == pytest.approx(20 / 12) and merged.peak_mem_mb == 2.0
     assert merged.extra["loop_overhead_ratio"] == pytest.approx((2 * 2 + 1 * 1) / 3)

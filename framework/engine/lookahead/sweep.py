@@ -48,12 +48,12 @@ def _sweep_point(loaded: Any, task: Any, controller: Any, config: Any, la: Any, 
                  batch_size: int) -> dict[str, Any]:
     """One setting of the sweep: decode ``examples`` with lookahead ``la`` (or none) and measure it."""
     from framework.core.measure import PeakMemory
-    from framework.engine.evaluate import item_seeds
+    from framework.engine.evaluate import answer_token_counts, item_seeds
     from framework.engine.loop import decode
 
     tok = loaded.tokenizer
     texts: list[str] = []
-    nfe, la_nfe, fb = [], [], []
+    nfe, la_nfe, fb, results = [], [], [], []
     t0 = time.perf_counter()
     with PeakMemory(getattr(loaded.denoiser, "device", "cpu")) as pm:
         for i in range(0, len(examples), batch_size):
@@ -63,6 +63,7 @@ def _sweep_point(loaded: Any, task: Any, controller: Any, config: Any, la: Any, 
                          context=DecodeContext(tokenizer=tok, prompt_text=[e.prompt for e in chunk],
                                                meta=[dict(e.meta, task=task.name) for e in chunk]))
             texts += [tok.decode(g.tolist(), stop_at_eos=True) for g in res.generated]
+            results.append(res)
             nfe.append(res.nfe)
             la_nfe.append(res.lookahead_nfe)
             fb.append(res.fallbacks)
@@ -71,7 +72,7 @@ def _sweep_point(loaded: Any, task: Any, controller: Any, config: Any, la: Any, 
         "n": len(examples),
         "accuracy": sum(task.score(e, t) for e, t in zip(examples, texts)) / max(1, len(examples)),
         "nfe": float(nfe_t.mean()), "lookahead_nfe": float(torch.cat(la_nfe).float().mean()),
-        "tpf": tokens_per_forward(config.gen_length, nfe_t),
+        "tpf": tokens_per_forward(answer_token_counts(task, examples, results, tok), nfe_t),
         "fallbacks": int(torch.cat(fb).sum()), "peak_mem_mb": pm.peak_mb,
         "seconds": time.perf_counter() - t0,
     }
