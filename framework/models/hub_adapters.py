@@ -18,6 +18,10 @@ them:
   ``attention_mask = "full"`` or a boolean ``[B, 1, L, L]`` mask; Dream predicts position ``i``
   from hidden state ``i − 1``, so the logits are shifted right by one:
   ``cat([logits[:, :1], logits[:, :-1]], dim=1)``.
+* :class:`LLaDA2Denoiser` (``llada2``): LLaDA2.0 / LLaDA2.1 MoE checkpoints (``model_type``
+  ``llada2_moe``), block-diffusion models run only by the framework's own implementation
+  (:mod:`framework.models.arch.llada2`): mask id 156895 and end of text 156892 unless
+  ``config.json`` names others.
 * :class:`DiffusionGemmaDenoiser` (``diffusion_gemma``): transformers'
   ``DiffusionGemmaForBlockDiffusion``, a *uniform-noise* block-diffusion model (no mask token):
   the prompt goes through its encoder, one canvas of ``canvas_length`` tokens through its
@@ -263,6 +267,41 @@ class LLaDADenoiser(HubDenoiser):
         if attention_mask is None:
             return self.model(input_ids).logits
         return self.model(input_ids, attention_mask=attention_mask).logits
+
+
+@HUB_ADAPTERS.register("llada2", aliases=("llada2_moe",))
+class LLaDA2Denoiser(HubDenoiser):
+    """LLaDA2-MoE (``model_type`` ``llada2_moe``): its special ids. The weights are always run by the
+    framework's own implementation (which claims these checkpoints); the remote code is refused,
+    because its forward without a 4-D mask is causal, not the block-causal attention it was trained with."""
+
+    kind = "llada2"
+    auto_classes = ("AutoModelForCausalLM", "AutoModel")
+    detect_priority = 30  # before ``llada``, whose substring match would claim it
+
+    @classmethod
+    def matches(cls, config: dict) -> bool:
+        archs = [str(a).lower() for a in config.get("architectures") or []]
+        return str(config.get("model_type", "")).lower() == "llada2_moe" or "llada2moemodellm" in archs
+
+    @classmethod
+    def special_ids(cls, config: Any, tokenizer: Any) -> dict:
+        from framework.models.arch.llada2 import LLADA2_EOS_TOKEN_ID, LLADA2_MASK_TOKEN_ID
+
+        mask = _get(config, "mask_token_id")
+        eos = _first_id(_get(config, "eos_token_id"), LLADA2_EOS_TOKEN_ID)
+        return {
+            "mask_token_id": LLADA2_MASK_TOKEN_ID if mask is None else mask,
+            "vocab_size": config.vocab_size,
+            "eos_token_id": eos,
+            "eos_token_ids": _unique_ids(eos, getattr(tokenizer, "eos_token_id", None)),
+            "pad_token_id": _first_id(_get(config, "pad_token_id"), getattr(tokenizer, "pad_token_id", None)),
+            "max_length": _get(config, "max_position_embeddings"),
+        }
+
+    def compute_logits(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        raise HubModelError("LLaDA2-MoE checkpoints run with the framework's own implementation only "
+                            "(framework.models.arch.llada2), which needs no remote code")
 
 
 @HUB_ADAPTERS.register("dream")

@@ -209,11 +209,11 @@ def resolve_dtype(dtype: Any, device: "str | torch.device" = "cpu") -> Optional[
 def own_architecture(config: dict) -> bool:
     """Whether this framework's own implementation (``framework.models.arch``) loads the checkpoint.
 
-    The one place where the built-in LLaDA / Dream implementations plug in. The package is optional
+    The one place where the built-in LLaDA / Dream / LLaDA2-MoE implementations plug in. The package is optional
     (``ImportError``: no). It claims a ``config.json`` when ``arch.detect_architecture`` recognises
     it *and* the classes the checkpoint declares (``architectures``, ``auto_map`` targets), if it
     declares any, include the reference class that package re-implements (``LLaDAModelLM``,
-    ``DreamModel``): a relative with other classes (an MoE variant, a test fixture) keeps its own
+    ``DreamModel``, ``LLaDA2MoeModelLM``): a relative with other classes (an MoE variant, a test fixture) keeps its own
     code. A claimed checkpoint is loaded with ``arch.load_architecture(folder, dtype=..., device=...)``
     and needs no remote code.
     """

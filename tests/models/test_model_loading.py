@@ -213,6 +213,26 @@ def test_own_architecture_claims_only_the_reference_classes():
     assert not own_architecture({"model_type": "bert", "architectures": ["BertForMaskedLM"]})
     assert not own_architecture({"model_type": "llada", "architectures": ["TinyLLaDAModelLM"]})  # a relative
     assert not own_architecture({"model_type": "llada_moe", "architectures": ["LLaDAMoEModelLM"]})
+    llada2 = {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"],
+              "auto_map": {"AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
+                           "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"}}
+    assert own_architecture(llada2) and not own_architecture({"model_type": "llada2_moe_veomni"})
+
+
+def test_llada2_loads_as_its_own_architecture_with_its_ids(tmp_path):
+    """LLaDA2-MoE: claimed by the llada2 adapter (not llada's substring match), run by the own
+    implementation without remote code; the block-causal forward reaches the model through ``core``."""
+    from framework.models.arch import LLaDA2MoeModel
+    from framework.models.own import OwnArchitectureDenoiser
+
+    loaded = load_model(str(real_format("llada2", tmp_path / "llada2")), dtype="float32")
+    den = loaded.denoiser
+    assert isinstance(den, OwnArchitectureDenoiser) and isinstance(den.model, LLaDA2MoeModel)
+    assert loaded.info["kind"] == "llada2" and loaded.info["class"] == "LLaDA2MoeModel"
+    assert (den.mask_token_id, den.eos_token_id, den.vocab_size) == (310, 300, 320)
+    x = torch.tensor([loaded.tokenizer.encode("hello w1 w2")])
+    logits, _ = den.core(x, block_size=2)
+    assert logits.shape == (1, x.shape[1], 320) and torch.isfinite(logits).all()
 
 
 @pytest.mark.parametrize("name, cls", [("llada", "LLaDAModel"), ("dream", "DreamModel")])

@@ -1,10 +1,11 @@
-"""The framework's own LLaDA and Dream implementations (pure torch, no remote code).
+"""The framework's own LLaDA, Dream and LLaDA2-MoE implementations (pure torch, no remote code).
 
 ``load_architecture(folder, dtype=None, device=None)`` reads a checkpoint folder (``config.json``
-+ safetensors, sharded safetensors, or ``pytorch_model.bin``), picks :class:`LLaDAModel` or
-:class:`DreamModel` from the config and loads the weights. Both models share one forward
-(:meth:`layers.MaskedDiffusionLM.forward`): SDPA with a key padding mask, RoPE at explicit
-positions, and an in-place :class:`KVCache` for Fast-dLLM-style prefix and dual caching.
++ safetensors, sharded safetensors, or ``pytorch_model.bin``), picks :class:`LLaDAModel`,
+:class:`DreamModel` or :class:`LLaDA2MoeModel` from the config and loads the weights. They share one
+forward (:meth:`layers.MaskedDiffusionLM.forward`): SDPA with a key padding mask, RoPE at explicit
+positions, and an in-place :class:`KVCache` for Fast-dLLM-style prefix and dual caching; LLaDA2-MoE
+adds the block-causal mask (``block_size=``) and the exact block cache (:mod:`.llada2`).
 """
 
 from .checkpoint import detect_architecture, read_config
@@ -12,6 +13,16 @@ from .dream import DreamArchConfig, DreamModel, dream_query_window, dream_shift,
 from .errors import CheckpointFormatError, MissingCheckpointError, UnsupportedArchitectureError
 from .layers import KVCache, MaskedDiffusionLM
 from .llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
+from .llada2 import (
+    LLADA2_BLOCK_SIZE,
+    LLADA2_EOS_TOKEN_ID,
+    LLADA2_MASK_TOKEN_ID,
+    LLADA2_VOCAB_SIZE,
+    LLaDA2ArchConfig,
+    LLaDA2MoeModel,
+    block_causal_mask,
+    moe_route,
+)
 from .loading import load_architecture
 
 __all__ = [
@@ -19,16 +30,24 @@ __all__ = [
     "DreamArchConfig",
     "DreamModel",
     "KVCache",
+    "LLADA2_BLOCK_SIZE",
+    "LLADA2_EOS_TOKEN_ID",
+    "LLADA2_MASK_TOKEN_ID",
+    "LLADA2_VOCAB_SIZE",
     "LLADA_MASK_TOKEN_ID",
+    "LLaDA2ArchConfig",
+    "LLaDA2MoeModel",
     "LLaDAArchConfig",
     "LLaDAModel",
     "MaskedDiffusionLM",
     "MissingCheckpointError",
     "UnsupportedArchitectureError",
+    "block_causal_mask",
     "detect_architecture",
     "dream_query_window",
     "dream_shift",
     "dream_window_logits",
     "load_architecture",
+    "moe_route",
     "read_config",
 ]

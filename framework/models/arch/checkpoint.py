@@ -34,10 +34,12 @@ BIN_INDEX, BIN_SINGLE = "pytorch_model.bin.index.json", "pytorch_model.bin"
 SUPPORTED = {
     "llada": "LLaDA (model_type 'llada', architectures ['LLaDAModelLM'], e.g. GSAI-ML/LLaDA-8B-Instruct)",
     "dream": "Dream (model_type 'Dream', architectures ['DreamModel'], e.g. Dream-org/Dream-v0-Instruct-7B)",
+    "llada2_moe": "LLaDA2-MoE (model_type 'llada2_moe', architectures ['LLaDA2MoeModelLM'], "
+                  "e.g. inclusionAI/LLaDA2.0-mini, inclusionAI/LLaDA2.1-mini)",
 }
 
 
-_CLASSES = {"llada": ("LLaDAModelLM",), "dream": ("DreamModel",)}
+_CLASSES = {"llada": ("LLaDAModelLM",), "dream": ("DreamModel",), "llada2_moe": ("LLaDA2MoeModelLM",)}
 
 
 def _list(folder: Path) -> str:
@@ -73,9 +75,10 @@ def read_config(folder: PathLike) -> dict:
 
 
 def detect_architecture(config: dict, where: str = "config.json") -> str:
-    """``"llada"`` or ``"dream"``: ``model_type`` (case-insensitive), else the class names in
-    ``architectures`` / ``auto_map`` (``LLaDAModelLM``, ``DreamModel``). Relatives with other class
-    names (MoE variants, ...) are refused rather than guessed."""
+    """``"llada"``, ``"dream"`` or ``"llada2_moe"``: ``model_type`` (case-insensitive), else the class
+    names in ``architectures`` / ``auto_map`` (``LLaDAModelLM``, ``DreamModel``, ``LLaDA2MoeModelLM``).
+    Relatives with other class names (LLaDA-MoE, dFactory's fused-expert ``llada2_moe_veomni`` ...)
+    are refused rather than guessed."""
     model_type = str(config.get("model_type") or "")
     archs = [str(a) for a in (config.get("architectures") or [])]
     auto = config.get("auto_map") or {}
@@ -150,7 +153,9 @@ def load_weights(model: nn.Module, folder: PathLike, *, dtype: Optional[torch.dt
     """Assign the folder's tensors into ``model`` (built on any device, e.g. meta).
 
     ``model`` must provide ``checkpoint_name(param_name)`` and ``ignored_checkpoint_keys``.
-    ``dtype=None`` keeps the dtype of the stored embedding for every tensor.
+    ``dtype=None`` keeps the dtype of the stored embedding for every tensor. Parameters matching a
+    regex of the model's optional ``float32_parameters`` (LLaDA2's router) stay float32 whatever
+    ``dtype`` is.
     """
     folder = Path(folder)
     fmt, files = _weight_index(folder)
@@ -182,6 +187,7 @@ def _assign(model: nn.Module, folder: Path, fmt: str, files: dict, expected: dic
     for key in expected:
         by_file.setdefault(files[key], []).append(key)
     state: dict[str, torch.Tensor] = {}
+    keep32 = [re.compile(p) for p in getattr(model, "float32_parameters", ())]
     for path, keys in by_file.items():
         for key, tensor in _read(path, keys, fmt):
             target = params[expected[key]]
@@ -189,6 +195,9 @@ def _assign(model: nn.Module, folder: Path, fmt: str, files: dict, expected: dic
                 raise CheckpointFormatError(
                     f"{key} in {path.name} has shape {list(tensor.shape)} but the config.json of {folder} implies "
                     f"{list(target.shape)} for the {arch} parameter {expected[key]}")
+            if any(p.search(expected[key]) for p in keep32):
+                state[expected[key]] = tensor.to(device=device, dtype=torch.float32)
+                continue
             if dtype is None:
                 dtype = tensor.dtype if tensor.is_floating_point() else torch.float32
             state[expected[key]] = tensor.to(device=device, dtype=dtype)
@@ -196,7 +205,8 @@ def _assign(model: nn.Module, folder: Path, fmt: str, files: dict, expected: dic
 
 
 def _read(path: Path, keys: list[str], fmt: str):
-    keys = sorted(keys, key=lambda k: (not k.endswith(("wte.weight", "embed_tokens.weight")), k))  # embedding first
+    embeddings = ("wte.weight", "embed_tokens.weight", "word_embeddings.weight")
+    keys = sorted(keys, key=lambda k: (not k.endswith(embeddings), k))  # embedding first
     if fmt == "safetensors":
         from safetensors import safe_open
 
@@ -214,7 +224,7 @@ def _read(path: Path, keys: list[str], fmt: str):
 
 def load_pretrained(cls: Any, folder: PathLike, *, dtype: Optional[torch.dtype] = None,
                     device: "torch.device | str | None" = None) -> nn.Module:
-    """Build ``cls`` (a LLaDA or Dream module class) from ``folder`` on the meta device and load it."""
+    """Build ``cls`` (a LLaDA, Dream or LLaDA2-MoE module class) from ``folder`` on the meta device and load it."""
     folder = Path(folder)
     config = read_config(folder)
     found = detect_architecture(config, str(folder / "config.json"))

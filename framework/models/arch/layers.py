@@ -335,6 +335,7 @@ class MaskedDiffusionLM(nn.Module):
                bias: bool, norm_bias: bool, tie: bool) -> None:
         self.vocab_size = vocab_size
         self.head_dim = d_model // n_heads
+        self.rotary_dim = self.head_dim  # RoPE covers the whole head (LLaDA2 rotates a part of it)
         self.rope_theta = rope_theta
         self.tie_embeddings = tie
         self.embed = nn.Embedding(vocab_size, d_model)
@@ -384,7 +385,7 @@ class MaskedDiffusionLM(nn.Module):
         if cache is not None and write_valid is not None and not bool(write_valid.all()):  # host syncs per
             write_rows = write_valid.to(torch.bool).nonzero(as_tuple=True)  # forward, not per layer; all
             write_positions = write_positions[write_rows]  # valid: the plain per-row copy, no gathers
-        cos, sin = rope_cos_sin(position_ids, self.head_dim, self.rope_theta)
+        cos, sin = rope_cos_sin(position_ids, self.rotary_dim, self.rope_theta)
         h = self.embed(input_ids)
         want_kv = use_cache and cache is None
         keys, values = [], []

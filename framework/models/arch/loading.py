@@ -11,13 +11,14 @@ from torch import nn
 from .checkpoint import PathLike, detect_architecture, load_pretrained, read_config
 from .dream import DreamModel
 from .llada import LLaDAModel
+from .llada2 import LLaDA2MoeModel
 
 
 def load_architecture(folder: PathLike, dtype: Optional[torch.dtype] = None,
                       device: "torch.device | str | None" = None) -> nn.Module:
-    """Load a LLaDA or Dream checkpoint folder with the framework's own implementation, choosing the
+    """Load a LLaDA, Dream or LLaDA2-MoE checkpoint folder with the framework's own implementation, choosing the
     class from ``config.json`` (``model_type``, ``architectures``, ``auto_map``)."""
     config = read_config(folder)
     found = detect_architecture(config, str(Path(folder) / "config.json"))
-    cls = {"llada": LLaDAModel, "dream": DreamModel}[found]
+    cls = {"llada": LLaDAModel, "dream": DreamModel, "llada2_moe": LLaDA2MoeModel}[found]
     return load_pretrained(cls, folder, dtype=dtype, device=device)

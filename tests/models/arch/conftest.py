@@ -33,6 +33,7 @@ CHECKPOINTS = {
     "llada_gqa_sharded": ("build_llada", dict(seed=2, n_kv_heads=2, shards=3)),
     "dream": ("build_dream", dict(seed=3)),  # GQA: 4 heads, 2 kv heads
     "dream_mha_sharded": ("build_dream", dict(seed=4, num_key_value_heads=4, shards=2)),
+    "llada2": ("build_llada2", dict(seed=5)),  # sharded: 3 safetensors + index
 }
 
 

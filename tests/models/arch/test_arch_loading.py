@@ -107,9 +107,10 @@ def test_unknown_architecture(tmp_path):
     assert "'bert'" in msg and "BertForMaskedLM" in msg and "LLaDA" in msg and "Dream" in msg
     # auto_map alone is enough to recognise a checkpoint whose model_type was renamed
     assert detect_architecture({"model_type": "x", "auto_map": {"AutoModel": "modeling_llada.LLaDAModelLM"}}) == "llada"
-    # a relative with other classes is refused, not guessed from a substring
-    with pytest.raises(UnsupportedArchitectureError, match="LLaDA2MoeModelLM"):
-        detect_architecture({"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]})
+    # a relative with other classes is refused, not guessed from a substring; the message lists LLaDA2-MoE
+    with pytest.raises(UnsupportedArchitectureError, match=r"LLaDAMoEModelLM.*llada2_moe"):
+        detect_architecture({"model_type": "llada_moe", "architectures": ["LLaDAMoEModelLM"]})
+    assert detect_architecture({"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}) == "llada2_moe"
 
 
 def test_unsupported_option_is_named(build, tmp_path):
