@@ -1,4 +1,5 @@
-"""The framework's own LLaDA and Dream implementations (pure torch, no remote code).
+"""The framework's own LLaDA, Dream, SDAR, Fast-dLLM v2 and LLaDA-MoE implementations (pure torch,
+no remote code; the block-causal ones in :mod:`.block_causal`).
 
 ``load_architecture(folder, dtype=None, device=None)`` reads a checkpoint folder (``config.json``
 + safetensors, sharded safetensors, or ``pytorch_model.bin``), picks :class:`LLaDAModel` or
@@ -10,11 +11,27 @@ positions, and an in-place :class:`KVCache` for Fast-dLLM-style prefix and dual 
 from .checkpoint import detect_architecture, read_config
 from .dream import DreamArchConfig, DreamModel, dream_query_window, dream_shift, dream_window_logits
 from .errors import CheckpointFormatError, MissingCheckpointError, UnsupportedArchitectureError
+from .block_causal import BlockCausalLM, block_columns, block_key_mask
+from .fast_dllm_v2 import FAST_DLLM_V2_MASK_TOKEN_ID, FastDLLMv2ArchConfig, FastDLLMv2Model
 from .layers import KVCache, MaskedDiffusionLM
 from .llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
+from .llada_moe import LLADA_MOE_MASK_TOKEN_ID, LLaDAMoEArchConfig, LLaDAMoEModel
+from .sdar import SDAR_MASK_TOKEN_ID, SDARArchConfig, SDARModel
 from .loading import load_architecture
 
 __all__ = [
+    "BlockCausalLM",
+    "FAST_DLLM_V2_MASK_TOKEN_ID",
+    "FastDLLMv2ArchConfig",
+    "FastDLLMv2Model",
+    "LLADA_MOE_MASK_TOKEN_ID",
+    "LLaDAMoEArchConfig",
+    "LLaDAMoEModel",
+    "SDAR_MASK_TOKEN_ID",
+    "SDARArchConfig",
+    "SDARModel",
+    "block_columns",
+    "block_key_mask",
     "CheckpointFormatError",
     "DreamArchConfig",
     "DreamModel",
