@@ -244,3 +244,106 @@ def test_llada_moe_prefix_and_dual_cache_steps(folder):
         torch.testing.assert_close(got, want[:, 4:], atol=ATOL, rtol=0)
         got, _ = own(x[:, 4:10], cache=cache, write_positions=torch.arange(4, 10).expand(2, -1))  # dual [4, 10)
         torch.testing.assert_close(got, want[:, 4:10], atol=ATOL, rtol=0)
+
+
+# ----------------------------------------------------------------------------------- MoE routing
+def _designed_moe(expert_bias=False):
+    """4 experts over C = 4: the router's logits are 4 * x (so a one-hot-ish token prefers the
+    expert of its largest channel), expert e's down_proj writes only channel e."""
+    torch.manual_seed(0)
+    moe = MoEFeedForward(4, 4, 2, 3, None, expert_bias)
+    with torch.no_grad():
+        moe.gate.weight.copy_(4 * torch.eye(4))
+        for e, ex in enumerate(moe.experts):
+            ex.gate_proj.weight.fill_(1.0)
+            ex.up_proj.weight.fill_(1.0)
+            ex.down_proj.weight.zero_()
+            ex.down_proj.weight[e].fill_(1.0)
+    return moe
+
+
+def test_moe_routing_designed_case():
+    moe = _designed_moe()
+    x = torch.tensor([[[1.0, 0.5, 0.0, 0.0], [0.0, 0.0, 0.2, 1.0], [0.0, 0.0, 0.0, 0.0]]])
+    with torch.no_grad():
+        w, ids = moe.route(x[0])
+        p = torch.softmax(4 * x[0], -1)
+        assert ids[:2].tolist() == [[0, 1], [3, 2]]
+        torch.testing.assert_close(w, p.gather(1, ids))  # softmax weights, not renormalised over the top 2
+        assert w.sum(-1).max() < 1
+        out = moe(x)[0]
+        s = x[0].sum(-1)
+        act = torch.nn.functional.silu(s) * s * 3  # each expert's SwiGLU output on its channel
+        for t in range(3):
+            want = torch.zeros(4)
+            want[ids[t]] = w[t] * act[t]
+            torch.testing.assert_close(out[t], want)
+
+
+def test_moe_expert_bias_changes_the_choice_and_the_weights():
+    moe = _designed_moe(expert_bias=True)
+    x = torch.tensor([[1.0, 0.5, 0.0, 0.0]])
+    with torch.no_grad():
+        moe.expert_bias.copy_(torch.tensor([0.0, 0.0, 0.0, 1.0]))
+        w, ids = moe.route(x)
+        p = torch.softmax(4 * x, -1)[0]
+        assert ids[0].tolist() == [3, 0]  # the published block adds the bias to the probabilities ...
+        torch.testing.assert_close(w[0], torch.stack([p[3] + 1, p[0]]))  # ... and keeps it in the weights
+
+
+def test_moe_matches_published_block_at_batch_with_padding_rows():
+    torch.manual_seed(3)
+    cfg = FAM.llada_moe_config(num_experts=5, num_experts_per_tok=3, moe_router_enable_expert_bias=True)
+    ref = FAM.SparseMoeBlock(cfg)
+    ours = MoEFeedForward(32, 5, 3, cfg["expert_intermediate_size"], None, True)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.normal_(0, 0.3)
+        ref.expert_bias.normal_(0, 0.05)
+        ours.load_state_dict(ref.state_dict())
+        x = torch.randn(3, 7, 32)
+        x[1, :4] = 0.0  # "padding" rows: no effect on the others
+        torch.testing.assert_close(ours(x), ref(x), atol=1e-6, rtol=0)
+        torch.testing.assert_close(ours(x[2:3]), ref(x)[2:3], atol=1e-6, rtol=0)
+
+
+# --------------------------------------------------------------------------------- loading errors
+def _rename_key(folder, old, new):
+    """Rename tensor ``old`` to ``new`` inside its shard and in ``model.safetensors.index.json``."""
+    from safetensors.torch import load_file, save_file
+
+    index_path = folder / "model.safetensors.index.json"
+    index = json.loads(index_path.read_text())
+    shard = index["weight_map"].pop(old)
+    state = load_file(str(folder / shard))
+    state[new] = state.pop(old)
+    save_file(state, str(folder / shard), metadata={"format": "pt"})
+    index["weight_map"][new] = shard
+    index_path.write_text(json.dumps(index))
+
+
+@pytest.mark.parametrize("fn, old, new", [
+    (FAM.sdar_config, "model.layers.1.self_attn.q_norm.weight", "model.layers.1.self_attn.query_norm.weight"),
+    (FAM.llada_moe_config, "model.layers.2.mlp.experts.5.up_proj.weight", "model.layers.2.mlp.w1"),
+    (FAM.fast_dllm_v2_config, "model.layers.0.self_attn.k_proj.bias", "model.layers.0.self_attn.k_bias"),
+])
+def test_loading_errors_name_the_bad_keys(fn, old, new, tmp_path):
+    folder = FAM.build(tmp_path / "ckpt", fn(), seed=1)
+    _rename_key(folder, old, new)
+    with pytest.raises(CheckpointFormatError) as info:
+        load_architecture(folder)
+    assert old in str(info.value) and new in str(info.value)
+
+
+@pytest.mark.parametrize("fn, change, needle", [
+    (FAM.sdar_config, {"block_size": None}, "'block_size'"),
+    (FAM.llada_moe_config, {"moe_layer_freq": [1, 1]}, "moe_layer_freq"),
+    (FAM.fast_dllm_v2_config, {"rope_scaling": {"type": "yarn", "factor": 4.0}}, "rope_scaling"),
+    (FAM.sdar_config, {"use_sliding_window": True}, "use_sliding_window"),
+])
+def test_config_errors_are_clear(fn, change, needle, tmp_path):
+    folder = tmp_path / "ckpt"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(fn(**change)))
+    with pytest.raises(CheckpointFormatError, match=needle):
+        load_architecture(folder)
