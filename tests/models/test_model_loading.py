@@ -212,7 +212,10 @@ def test_own_architecture_claims_only_the_reference_classes():
     assert own_architecture({"model_type": "llada"})  # nothing declared: the model type decides
     assert not own_architecture({"model_type": "bert", "architectures": ["BertForMaskedLM"]})
     assert not own_architecture({"model_type": "llada", "architectures": ["TinyLLaDAModelLM"]})  # a relative
-    assert not own_architecture({"model_type": "llada_moe", "architectures": ["LLaDAMoEModelLM"]})
+    # LLaDA-MoE is implemented (framework.models.arch.llada_moe), under either model_type its configs use
+    assert own_architecture({"model_type": "llada", "architectures": ["LLaDAMoEModelLM"]})
+    assert own_architecture({"model_type": "lladamoe", "architectures": ["LLaDAMoEModelLM"]})
+    assert not own_architecture({"model_type": "llada", "architectures": ["LLaDAMoEFusedModelLM"]})  # a relative
 
 
 @pytest.mark.parametrize("name, cls", [("llada", "LLaDAModel"), ("dream", "DreamModel")])
