@@ -212,11 +212,14 @@ def test_own_architecture_claims_only_the_reference_classes():
     assert own_architecture({"model_type": "llada"})  # nothing declared: the model type decides
     assert not own_architecture({"model_type": "bert", "architectures": ["BertForMaskedLM"]})
     assert not own_architecture({"model_type": "llada", "architectures": ["TinyLLaDAModelLM"]})  # a relative
-    assert not own_architecture({"model_type": "llada_moe", "architectures": ["LLaDAMoEModelLM"]})
     llada2 = {"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"],
               "auto_map": {"AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
                            "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"}}
     assert own_architecture(llada2) and not own_architecture({"model_type": "llada2_moe_veomni"})
+    # LLaDA-MoE is implemented (framework.models.arch.llada_moe), under either model_type its configs use
+    assert own_architecture({"model_type": "llada", "architectures": ["LLaDAMoEModelLM"]})
+    assert own_architecture({"model_type": "lladamoe", "architectures": ["LLaDAMoEModelLM"]})
+    assert not own_architecture({"model_type": "llada", "architectures": ["LLaDAMoEFusedModelLM"]})  # a relative
 
 
 def test_llada2_loads_as_its_own_architecture_with_its_ids(tmp_path):

@@ -1,4 +1,5 @@
-"""The framework's own LLaDA, Dream and LLaDA2-MoE implementations (pure torch, no remote code).
+"""The framework's own LLaDA, Dream, LLaDA2-MoE, SDAR, Fast-dLLM v2 and LLaDA-MoE implementations
+(pure torch, no remote code; SDAR's and Fast-dLLM v2's block-causal base in :mod:`.block_causal`).
 
 ``load_architecture(folder, dtype=None, device=None)`` reads a checkpoint folder (``config.json``
 + safetensors, sharded safetensors, or ``pytorch_model.bin``), picks :class:`LLaDAModel`,
@@ -11,6 +12,8 @@ adds the block-causal mask (``block_size=``) and the exact block cache (:mod:`.l
 from .checkpoint import detect_architecture, read_config
 from .dream import DreamArchConfig, DreamModel, dream_query_window, dream_shift, dream_window_logits
 from .errors import CheckpointFormatError, MissingCheckpointError, UnsupportedArchitectureError
+from .block_causal import BlockCausalLM, block_columns, block_key_mask
+from .fast_dllm_v2 import FAST_DLLM_V2_MASK_TOKEN_ID, FastDLLMv2ArchConfig, FastDLLMv2Model
 from .layers import KVCache, MaskedDiffusionLM
 from .llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
 from .llada2 import (
@@ -23,9 +26,23 @@ from .llada2 import (
     block_causal_mask,
     moe_route,
 )
+from .llada_moe import LLADA_MOE_MASK_TOKEN_ID, LLaDAMoEArchConfig, LLaDAMoEModel
+from .sdar import SDAR_MASK_TOKEN_ID, SDARArchConfig, SDARModel
 from .loading import load_architecture
 
 __all__ = [
+    "BlockCausalLM",
+    "FAST_DLLM_V2_MASK_TOKEN_ID",
+    "FastDLLMv2ArchConfig",
+    "FastDLLMv2Model",
+    "LLADA_MOE_MASK_TOKEN_ID",
+    "LLaDAMoEArchConfig",
+    "LLaDAMoEModel",
+    "SDAR_MASK_TOKEN_ID",
+    "SDARArchConfig",
+    "SDARModel",
+    "block_columns",
+    "block_key_mask",
     "CheckpointFormatError",
     "DreamArchConfig",
     "DreamModel",

@@ -36,10 +36,17 @@ SUPPORTED = {
     "dream": "Dream (model_type 'Dream', architectures ['DreamModel'], e.g. Dream-org/Dream-v0-Instruct-7B)",
     "llada2_moe": "LLaDA2-MoE (model_type 'llada2_moe', architectures ['LLaDA2MoeModelLM'], "
                   "e.g. inclusionAI/LLaDA2.0-mini, inclusionAI/LLaDA2.1-mini)",
+    "sdar": "SDAR (model_type 'sdar', architectures ['SDARForCausalLM'], e.g. JetLM/SDAR-4B-Chat)",
+    "fast_dllm_qwen": "Fast-dLLM v2 (model_type 'Fast_dLLM_Qwen', architectures ['Fast_dLLM_QwenForCausalLM'], "
+                      "e.g. Efficient-Large-Model/Fast_dLLM_v2_1.5B)",
+    "lladamoe": "LLaDA-MoE (model_type 'llada' or 'lladamoe', architectures ['LLaDAMoEModelLM'], "
+                "e.g. inclusionAI/LLaDA-MoE-7B-A1B-Instruct)",
 }
 
 
-_CLASSES = {"llada": ("LLaDAModelLM",), "dream": ("DreamModel",), "llada2_moe": ("LLaDA2MoeModelLM",)}
+_CLASSES = {"llada": ("LLaDAModelLM",), "dream": ("DreamModel",), "llada2_moe": ("LLaDA2MoeModelLM",),
+            "sdar": ("SDARForCausalLM",), "fast_dllm_qwen": ("Fast_dLLM_QwenForCausalLM",),
+            "lladamoe": ("LLaDAMoEModelLM",)}
 
 
 def _list(folder: Path) -> str:
@@ -83,9 +90,11 @@ def detect_architecture(config: dict, where: str = "config.json") -> str:
     archs = [str(a) for a in (config.get("architectures") or [])]
     auto = config.get("auto_map") or {}
     auto_targets = [str(x) for v in auto.values() for x in (v if isinstance(v, (list, tuple)) else [v])]
+    names = set(archs) | {t.rsplit(".", 1)[-1] for t in auto_targets}
+    if model_type.lower() == "llada" and ("LLaDAMoEModelLM" in names or config.get("num_experts") is not None):
+        return "lladamoe"  # the released LLaDA-MoE configs say model_type 'llada'
     if model_type.lower() in SUPPORTED:
         return model_type.lower()
-    names = set(archs) | {t.rsplit(".", 1)[-1] for t in auto_targets}
     hits = sorted(key for key, classes in _CLASSES.items() if names & set(classes))
     if len(hits) == 1:
         return hits[0]

@@ -10,8 +10,11 @@ from torch import nn
 
 from .checkpoint import PathLike, detect_architecture, load_pretrained, read_config
 from .dream import DreamModel
+from .fast_dllm_v2 import FastDLLMv2Model
 from .llada import LLaDAModel
 from .llada2 import LLaDA2MoeModel
+from .llada_moe import LLaDAMoEModel
+from .sdar import SDARModel
 
 
 def load_architecture(folder: PathLike, dtype: Optional[torch.dtype] = None,
@@ -20,5 +23,6 @@ def load_architecture(folder: PathLike, dtype: Optional[torch.dtype] = None,
     class from ``config.json`` (``model_type``, ``architectures``, ``auto_map``)."""
     config = read_config(folder)
     found = detect_architecture(config, str(Path(folder) / "config.json"))
-    cls = {"llada": LLaDAModel, "dream": DreamModel, "llada2_moe": LLaDA2MoeModel}[found]
+    cls = {"llada": LLaDAModel, "dream": DreamModel, "llada2_moe": LLaDA2MoeModel, "sdar": SDARModel,
+           "fast_dllm_qwen": FastDLLMv2Model, "lladamoe": LLaDAMoEModel}[found]
     return load_pretrained(cls, folder, dtype=dtype, device=device)

@@ -108,8 +108,8 @@ def test_unknown_architecture(tmp_path):
     # auto_map alone is enough to recognise a checkpoint whose model_type was renamed
     assert detect_architecture({"model_type": "x", "auto_map": {"AutoModel": "modeling_llada.LLaDAModelLM"}}) == "llada"
     # a relative with other classes is refused, not guessed from a substring; the message lists LLaDA2-MoE
-    with pytest.raises(UnsupportedArchitectureError, match=r"LLaDAMoEModelLM.*llada2_moe"):
-        detect_architecture({"model_type": "llada_moe", "architectures": ["LLaDAMoEModelLM"]})
+    with pytest.raises(UnsupportedArchitectureError, match=r"LLaDAMoEFusedModelLM.*llada2_moe"):
+        detect_architecture({"model_type": "llada_moe", "architectures": ["LLaDAMoEFusedModelLM"]})
     assert detect_architecture({"model_type": "llada2_moe", "architectures": ["LLaDA2MoeModelLM"]}) == "llada2_moe"
 
 

@@ -230,7 +230,7 @@ def test_unexpected_weight_is_named(build, tmp_path):
 
 def test_unknown_model_type_lists_llada2_moe():
     with pytest.raises(UnsupportedArchitectureError, match="llada2_moe"):
-        detect_architecture({"model_type": "llada_moe", "architectures": ["LLaDAMoEModelLM"]})
+        detect_architecture({"model_type": "bert", "architectures": ["BertForMaskedLM"]})
     with pytest.raises(UnsupportedArchitectureError, match="llada2_moe"):  # dFactory's fused-expert format
         detect_architecture({"model_type": "llada2_moe_veomni"})
     assert detect_architecture({"architectures": ["LLaDA2MoeModelLM"]}) == "llada2_moe"
