@@ -7,13 +7,16 @@ from typing import Any, Optional
 
 from framework.core.params import Configurable, Param, ParameterError
 
-#: the loop's KV-cache modes (``DecodeConfig.cache``)
-CACHE_MODES = ("none", "prefix", "dual")
+#: the loop's KV-cache modes (``DecodeConfig.cache``): Fast-dLLM's two approximate caches for
+#: full-attention models, and the exact cache of completed blocks for block-causal ones
+CACHE_MODES = ("none", "prefix", "dual", "block")
+#: the cache modes each canvas layout has a meaning for
+LAYOUT_CACHE_MODES = {"full": ("none", "prefix", "dual"), "block-causal": ("none", "block")}
 #: how a verifying controller's ``features.verify_prob`` is computed (``DecodeConfig.verification``)
 VERIFICATIONS = ("shadow", "probe")
 #: options added after results files began recording a settings hash, with the default that keeps the
 #: earlier behaviour: left out of that hash at this default, so earlier files still resume
-LATER_DEFAULTS = {"verification": "shadow"}
+LATER_DEFAULTS = {"verification": "shadow", "eos_stop": None}
 #: options removed from the loop after results files began recording a settings hash, with the value
 #: those files recorded (the default then): put back into that hash, so earlier files still resume
 REMOVED_DEFAULTS = {"lookahead_budget": 64}
@@ -28,7 +31,10 @@ class DecodeConfig(Configurable):
     Args:
         gen_length: number of generated positions G.
         block_length: semi-autoregressive block length (LLaDA's ``block_length``); ``None`` = G.
-            Must divide ``gen_length``.
+            Must divide ``gen_length``. On a block-causal model (LLaDA2.x, SDAR, Fast-dLLM v2) the
+            blocks are the model's: ``None`` or the block size it was trained with (anything else is
+            refused), aligned from position 0 of the canvas, so the prompt's last partial block is
+            decoded with the first generated positions and G need not be a multiple of it.
         temperature: 0 = greedy argmax; > 0 = sampling of x0 from ``softmax(logits / T)``, by
             inverse CDF in float64 from one counter-based uniform per (seed, step, position): the
             distribution of LLaDA's float64 Gumbel-max (:func:`framework.engine.features.sample_tokens`).
@@ -40,7 +46,10 @@ class DecodeConfig(Configurable):
             runs the whole canvas every step; ``prefix`` refreshes the cache with one full forward
             at each block start (its logits serve that step), then runs the block and everything
             after it against the cached prefix; ``dual`` runs only the block, the suffix's keys
-            and values stale until the next refresh. Every forward counts as one NFE.
+            and values stale until the next refresh; ``block`` (block-causal models only) is the
+            exact cache of completed blocks: each step runs the current block against it, and a
+            block's first step also re-runs the block before it, whose final keys and values it
+            stores (no extra forward). Every forward counts as one NFE.
         cache_refresh: also refresh every this many steps inside a block too (``None`` = at block
             starts only, as Fast-dLLM; 1 = every step, which equals ``cache=none``).
         remask_budget: revocable decoding: most re-masked tokens per sample over the whole decode
@@ -50,6 +59,9 @@ class DecodeConfig(Configurable):
         verification: for controllers that ``verify``: ``shadow`` (WINO's shadow block in the step's
             own forward where the model has one, else exact probes) or ``probe`` (always exact: one
             forward per verified slot with that slot masked, each counted in NFE).
+        eos_stop: a row ends after a block that contains end-of-text (its remaining positions
+            become end-of-text, never decoded), as LLaDA2.0's ``generate`` does; ``None`` = on for
+            block-causal models, off for full-attention ones.
     """
 
     params = {
@@ -59,7 +71,8 @@ class DecodeConfig(Configurable):
         "eos_fill": Param(bool, doc="fill after a confident EOS (end-of-text prediction)"),
         "eos_fill_threshold": Param(float, low=0.0, high=1.0, doc="confidence an EOS needs to fill"),
         "seed": Param(int, low=0, doc="base seed"),
-        "cache": Param(str, choices=CACHE_MODES, doc="KV cache: none | prefix | dual (Fast-dLLM)"),
+        "cache": Param(str, choices=CACHE_MODES,
+                       doc="KV cache: none | prefix | dual (Fast-dLLM) | block (exact, block-causal models)"),
         "cache_refresh": Param(int, low=1, nullable=True,
                                doc="refresh the cache every N steps in a block too; null = block starts only"),
         "remask_budget": Param(int, low=0, nullable=True,
@@ -67,6 +80,8 @@ class DecodeConfig(Configurable):
         "remask_per_position": Param(int, low=0, doc="revocable decoding: most re-masks of one position"),
         "verification": Param(str, choices=VERIFICATIONS,
                               doc="verify_prob by WINO's shadow block (one forward) or exact probes (one a slot)"),
+        "eos_stop": Param(bool, nullable=True,
+                          doc="end a row after a block containing end-of-text; null = on for block-causal models"),
     }
 
     def __init__(
@@ -82,6 +97,7 @@ class DecodeConfig(Configurable):
         remask_budget: Optional[int] = None,
         remask_per_position: int = 2,
         verification: str = "shadow",
+        eos_stop: Optional[bool] = None,
     ) -> None:
         self.gen_length = gen_length
         self.block_length = block_length
@@ -94,6 +110,9 @@ class DecodeConfig(Configurable):
         self.remask_budget = remask_budget
         self.remask_per_position = remask_per_position
         self.verification = verification
+        self.eos_stop = eos_stop
+        #: the canvas layout of the model this configuration decodes (set by :meth:`for_layout`)
+        self.layout = "full"
 
     @classmethod
     def build(cls, **params: Any) -> "DecodeConfig":
@@ -103,11 +122,36 @@ class DecodeConfig(Configurable):
                 raise ParameterError(f"{key} is no longer a decoding option; it is now {MOVED[key]}")
         return super().build(**params)  # type: ignore[return-value]
 
+    def for_layout(self, layout: str, block_size: Optional[int] = None) -> "DecodeConfig":
+        """This configuration for a model of canvas ``layout`` (``full`` or ``block-causal``), checked:
+        on a block-causal model the blocks are the model's ``block_size`` (``block_length`` must be
+        ``None`` or equal to it) and the cache mode one with a meaning there. Returns a copy."""
+        import copy
+
+        allowed = LAYOUT_CACHE_MODES[layout]
+        if self.cache not in allowed:
+            why = ("is the exact cache of a block-causal model's completed blocks" if self.cache == "block"
+                   else "is Fast-dLLM's approximate cache for full-attention models; a block-causal model's "
+                        "completed blocks are cached exactly by cache='block'")
+            raise ParameterError(f"cache={self.cache!r} does not apply to a {layout} model: it {why}; allowed: "
+                                 f"{', '.join(allowed)}")
+        out = copy.copy(self)
+        out.layout = layout
+        if layout == "block-causal":
+            if self.block_length not in (None, block_size):
+                raise ParameterError(f"block_length={self.block_length} is not the block size this block-causal "
+                                     f"model was trained with; allowed: {block_size} (or null for it)")
+            out.block_length = int(block_size)
+        out.validate()
+        return out
+
     def check_combination(self) -> None:
         if self.cache == "none" and self.cache_refresh is not None:
             self.warn_no_effect("cache_refresh", "cache='none' keeps no cache to refresh")
+        if self.cache == "block" and self.cache_refresh is not None:
+            self.warn_no_effect("cache_refresh", "cache='block' is exact: nothing to refresh")
         bl = self.block_length
-        if bl is not None:
+        if bl is not None and getattr(self, "layout", "full") == "full":
             if bl > self.gen_length or self.gen_length % bl != 0:
                 raise ParameterError(
                     f"block_length={bl} does not divide gen_length={self.gen_length}; "
@@ -118,6 +162,16 @@ class DecodeConfig(Configurable):
     @property
     def effective_block_length(self) -> int:
         return self.block_length or self.gen_length
+
+    @property
+    def block_causal(self) -> bool:
+        """Whether the model decoded is block-causal (blocks aligned from position 0, :meth:`for_layout`)."""
+        return getattr(self, "layout", "full") == "block-causal"
+
+    @property
+    def stops_at_eos_block(self) -> bool:
+        """``eos_stop``, or by default whether the model is block-causal."""
+        return self.block_causal if self.eos_stop is None else bool(self.eos_stop)
 
     @property
     def effective_remask_budget(self) -> int:

@@ -44,7 +44,8 @@ def window_logits(model: Any, x: torch.Tensor, attn: torch.Tensor, out_cols: tor
 
 
 def check_cache_support(model: Any, mode: str) -> None:
-    """Refuse a cache mode the model cannot serve, before any work."""
+    """Refuse a cache mode the model cannot serve, before any work (which modes have a meaning for
+    the model's canvas layout is :meth:`DecodeConfig.for_layout`'s check)."""
     if mode != "none" and not supports_cache(model):
         raise ParameterError(
             f"cache={mode!r} needs a denoiser with a KV cache (the framework's own tiny, LLaDA or Dream "
@@ -71,9 +72,10 @@ class CacheSession:
         batch: the decode call's batch size B (the cache holds one row per sample).
     """
 
-    def __init__(self, model: Any, mode: str, refresh: Optional[int], batch: int, device: torch.device) -> None:
+    def __init__(self, model: Any, mode: str, refresh: Optional[int], batch: int, device: torch.device,
+                 block_size: Optional[int] = None) -> None:
         check_cache_support(model, mode)
-        self.model, self.mode, self.refresh = model, mode, refresh
+        self.model, self.mode, self.refresh, self.block_size = model, mode, refresh, block_size
         self.cache: Any = None
         self.cached_block = torch.full((batch,), -1, dtype=torch.long, device=device)
         self.since = torch.zeros(batch, dtype=torch.long, device=device)
@@ -104,6 +106,8 @@ class CacheSession:
                 return self.model.shadow_logits(x[rows], attn[rows], out_cols)
             return window_logits(self.model, x[rows], attn[rows], out_cols), None
         due = self.cached_block[rows] != block_index
+        if self.mode == "block":
+            return self._serve_block(x, attn, rows, out_cols, out_valid, block_index, lengths, due)
         if self.refresh is not None:
             due |= self.since[rows] >= self.refresh
         if self.cache is None:
@@ -150,6 +154,27 @@ class CacheSession:
         self.since[rows] = 0
         self.refreshes[rows] += 1
         return logits, sh
+
+    def _serve_block(self, x, attn, rows, out_cols, out_valid, block_index, lengths, entering):
+        """The exact cache of completed blocks (``cache='block'``, block-causal models): the first
+        forward builds the cache over the whole canvas; every later one runs the rows' current block
+        (from its start at a multiple of the block size: the prompt's part of a shared block
+        included) against it, and on a row's first step in a block also the block before it, so the
+        final tokens of that block are stored by this forward (no extra forward, nothing stale)."""
+        if self.cache is None:
+            logits, _ = self._refresh(x, attn, rows, out_cols, block_index)
+            return logits, None
+        b = int(self.block_size)
+        start = (out_cols[:, 0] // b) * b
+        start = torch.where(entering, (start - b).clamp(min=0), start)
+        end = torch.where(out_valid, out_cols, torch.zeros_like(out_cols)).amax(1) + 1
+        span = int((end - start).max())
+        query = start[:, None] + torch.arange(span, device=x.device)[None, :]
+        valid = query < end[:, None]
+        query = torch.where(valid, query, (end - 1)[:, None].expand_as(query))  # ascending, pads last
+        logits, _ = self._against_cache(x, attn, rows, out_cols, query, valid)
+        self.cached_block[rows] = block_index
+        return logits, None
 
     def _full(self, cache: Any, rows: torch.Tensor) -> Any:
         """A batch-sized cache from a subset's (only when the first refresh serves a subset)."""

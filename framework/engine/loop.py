@@ -42,6 +42,7 @@ from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller, DecodeState
 from framework.engine.denoise import CacheSession, supports_shadow
+from framework.engine.layout import config_for_model, first_block_ends
 from framework.engine.step import (
     Canvas,
     Counters,
@@ -165,8 +166,7 @@ def decode(
             count from this call; block boundaries are the configuration's, the first block with
             a masked position is where decoding starts.
     """
-    config = config or DecodeConfig()
-    config.validate()
+    config = config_for_model(config or DecodeConfig(), model)
     run = start_run(model, prompts, controller, config, seeds=seeds, lookahead=lookahead, trace=trace,
                     context=context, initial=initial)
     max_steps = config.gen_length + 1 + config.effective_remask_budget  # ≥ 1 commit a step, ≤ budget re-masks
@@ -198,12 +198,15 @@ def start_run(model: Any, prompts: Sequence[Sequence[int]], controller: Controll
                         eos_token_id=eos_id, pad_token_id=pad_id,
                         context=call_context(context, prompts, model, device))
     controller.reset(state)
-    counters = Counters.start(B, config.effective_block_length, config.gen_length, device)
+    first_end = (first_block_ends(canvas.gen_start, config.effective_block_length, config.gen_length)
+                 if config.block_causal else None)
+    counters = Counters.start(B, config.effective_block_length, config.gen_length, device, first_end)
     c, rel = counters, canvas.rel
     c.block_masked_at_start = ((canvas.x == mask_id) & canvas.in_gen & (rel < c.block_end[:, None])).sum(1)
     verifies = bool(getattr(controller, "verifies", False))
     return Run(model=model, controller=controller, config=config, lookahead=lookahead,
-               session=CacheSession(model, config.cache, config.cache_refresh, B, device), state=state,
+               session=CacheSession(model, config.cache, config.cache_refresh, B, device,
+                                       config.effective_block_length if config.block_causal else None), state=state,
                canvas=canvas, counters=counters, verifies=verifies,
                shadow_step=verifies and config.verification == "shadow" and supports_shadow(model),
                trace=trace, t_start=t_start)

@@ -69,14 +69,16 @@ class Counters:
     block_masked_at_start: torch.Tensor
 
     @classmethod
-    def start(cls, batch: int, block_length: int, gen_length: int, device: torch.device) -> "Counters":
-        """Zero counts; every row in its first block ``[0, min(block_length, G))``."""
+    def start(cls, batch: int, block_length: int, gen_length: int, device: torch.device,
+              first_end: Optional[torch.Tensor] = None) -> "Counters":
+        """Zero counts; every row in its first block ``[0, first_end)`` (default ``min(block_length, G)``;
+        a block-causal canvas's first block is the rest of the prompt's last block)."""
         zeros = lambda: torch.zeros(batch, dtype=torch.long, device=device)  # noqa: E731
         next_len = torch.full((batch,), block_length, dtype=torch.long, device=device)
+        end = next_len.clone().clamp(max=gen_length) if first_end is None else first_end.to(device).long()
         return cls(nfe=zeros(), steps=zeros(), block_step=zeros(), block_index=zeros(), forced=zeros(),
                    lookahead_nfe=zeros(), remasks=zeros(), escalations=zeros(), fallbacks=zeros(),
-                   block_start=zeros(), block_end=next_len.clone().clamp(max=gen_length), next_len=next_len,
-                   block_masked_at_start=zeros())
+                   block_start=zeros(), block_end=end, next_len=next_len, block_masked_at_start=zeros())
 
 
 @dataclass
@@ -178,10 +180,26 @@ def advance_blocks(c: Counters, masked: torch.Tensor, rel: torch.Tensor, unfinis
         c.block_masked_at_start = torch.where(need, in_block.sum(1), c.block_masked_at_start)
 
 
+def stop_after_eos_blocks(run: Run, masked: torch.Tensor) -> torch.Tensor:
+    """``eos_stop``: rows whose current block is decided and contains end-of-text up to its end end
+    there: their masked positions become end-of-text (no forward). Returns the updated ``masked``."""
+    cv, c, ends = run.canvas, run.counters, run.state.context.eos_token_ids
+    if not run.config.stops_at_eos_block or not ends:
+        return masked
+    upto = cv.in_gen & (cv.rel < c.block_end[:, None])
+    block_done = ~(masked & upto & (cv.rel >= c.block_start[:, None])).any(1)
+    has_end = (torch.isin(cv.x, torch.as_tensor(ends, device=cv.x.device)) & upto).any(1)
+    stop = block_done & has_end & masked.any(1)
+    if not stop.any():
+        return masked
+    cv.x = torch.where(stop[:, None] & masked, torch.full_like(cv.x, int(ends[0])), cv.x)
+    return masked & ~stop[:, None]
+
+
 def gather_window(run: Run) -> Optional[Window]:
     """The unfinished rows' current blocks as ``[b, W]`` slots; ``None`` when every row is finished."""
     cv, c = run.canvas, run.counters
-    masked = (cv.x == run.mask_id) & cv.in_gen
+    masked = stop_after_eos_blocks(run, (cv.x == run.mask_id) & cv.in_gen)
     n_masked = masked.sum(1)
     unfinished = n_masked > 0
     if not unfinished.any():

@@ -46,6 +46,8 @@ class OwnArchitectureDenoiser(WindowedDenoiser, nn.Module):
         self.eos_token_ids = tuple(int(i) for i in eos_token_ids) or (
             () if self.eos_token_id is None else (self.eos_token_id,))
         self.max_length = max_length
+        if getattr(model, "block_causal", False):  # LLaDA2.x, SDAR, Fast-dLLM v2: the loop aligns blocks to it
+            self.block_size = int(model.block_size)
 
     @property
     def device(self) -> torch.device:

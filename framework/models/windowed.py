@@ -41,6 +41,24 @@ class WindowedDenoiser:
     supports_kv_cache = True
     #: 1 when hidden state i predicts token i + 1 (Dream), 0 when it predicts token i (LLaDA, tiny)
     logits_shift = 0
+    #: the trained block size of a block-causal model (LLaDA2.x, SDAR, Fast-dLLM v2), else None
+    block_size: Optional[int] = None
+
+    @property
+    def block_causal(self) -> bool:
+        """Whether column q attends only to columns of blocks ``≤ q // block_size`` (module doc)."""
+        return self.block_size is not None
+
+    def key_mask(self, attention_mask: Optional[Tensor], query_cols: Tensor, n_keys: int) -> Optional[Tensor]:
+        """The keys each query may see: ``attention_mask`` ``[B, S]`` (True = real), and on a
+        block-causal model also only keys of its own or an earlier block: ``[B, T, S]``."""
+        key_mask = None if attention_mask is None else attention_mask.bool()
+        if not self.block_causal:
+            return key_mask
+        b = int(self.block_size)  # type: ignore[arg-type]
+        keys = torch.arange(n_keys, device=query_cols.device)
+        mask = (keys[None, None, :] // b) <= (query_cols[:, :, None] // b)
+        return mask if key_mask is None else mask & key_mask[:, None, :]
 
     def core(self, input_ids: Tensor, *, position_ids: Optional[Tensor] = None, key_mask: Optional[Tensor] = None,
              cache: Any = None, write_positions: Optional[Tensor] = None, write_valid: Optional[Tensor] = None,
@@ -49,8 +67,8 @@ class WindowedDenoiser:
 
     def full_logits(self, input_ids: Tensor, attention_mask: Optional[Tensor] = None) -> Tensor:
         """The plain protocol: logits ``[B, L, V]`` of every column (shifted where the model shifts)."""
-        key_mask = None if attention_mask is None else attention_mask.bool()
-        logits, _ = self.core(input_ids, key_mask=key_mask)
+        cols = torch.arange(input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
+        logits, _ = self.core(input_ids, key_mask=self.key_mask(attention_mask, cols, input_ids.shape[1]))
         if self.logits_shift:
             logits = torch.cat([logits[:, :1], logits[:, :-1]], dim=1)
         return logits
@@ -66,10 +84,11 @@ class WindowedDenoiser:
         (ascending per row; ``query_valid`` marks the real ones) run; their keys and values are
         written into the cache in place, and they attend over every column of the row.
         """
-        key_mask = None if attention_mask is None else attention_mask.bool()
         src = (out_cols - self.logits_shift).clamp(min=0)  # the hidden rows that predict out_cols
         if cache is None:
-            return self.core(x, key_mask=key_mask, output_positions=src, use_cache=use_cache)
+            cols = torch.arange(x.shape[1], device=x.device).expand(x.shape[0], -1)
+            return self.core(x, key_mask=self.key_mask(attention_mask, cols, x.shape[1]), output_positions=src,
+                             use_cache=use_cache)
         if query_cols is None:
             raise ValueError("window_logits with a cache needs query_cols")
         valid = torch.ones_like(query_cols, dtype=torch.bool) if query_valid is None else query_valid.bool()
@@ -79,14 +98,16 @@ class WindowedDenoiser:
             valid = torch.cat([torch.zeros_like(prev, dtype=torch.bool), valid], dim=1)
         rows = torch.searchsorted(query_cols.contiguous(), src.contiguous())
         rows = rows.clamp(max=query_cols.shape[1] - 1)
+        key_mask = self.key_mask(attention_mask, query_cols, x.shape[1])
         logits, cache = self.core(x.gather(1, query_cols), position_ids=query_cols, key_mask=key_mask, cache=cache,
                                   write_positions=query_cols, write_valid=valid, output_positions=rows)
         return logits, cache
 
     @property
     def supports_shadow(self) -> bool:
-        """Whether :meth:`shadow_logits` is available (not for shifted, Dream-style models)."""
-        return not self.logits_shift
+        """Whether :meth:`shadow_logits` is available (not for shifted, Dream-style models, nor for
+        block-causal ones: verification then uses exact probes)."""
+        return not self.logits_shift and not self.block_causal
 
     def shadow_logits(self, x: Tensor, attention_mask: Optional[Tensor], out_cols: Tensor) -> tuple[Tensor, Tensor]:
         """Window logits ``[B, W, V]`` at ``out_cols`` and shadow logits ``[B, W, V]``, in one forward

@@ -348,3 +348,54 @@ class CachedToy(nn.Module):
         from framework.engine.denoise import gather_columns
 
         return gather_columns(self.model(seen, attention_mask=attention_mask), out_cols), cache
+
+
+class BlockCausalToy(nn.Module):
+    """Any plain toy denoiser made block-causal (LLaDA2.x, SDAR, Fast-dLLM v2's attention), with the
+    visible cache of :class:`CachedToy` for ``cache='block'``.
+
+    Column c is predicted from the canvas with every column of a later block than ``c // block_size``
+    hidden (the mask token, attention 0); a cached step writes the query columns' tokens into the
+    kept canvas and predicts from it. So a loop that let a block read a later one, or that forgot
+    to store a finished block's final tokens, decodes differently here than with ``cache='none'``:
+    the conformance suite runs every controller on it under both modes.
+    """
+
+    supports_kv_cache = True
+    block_causal = True
+
+    def __init__(self, model: Any, block_size: int) -> None:
+        super().__init__()
+        self.model, self.block_size = model, int(block_size)
+        self.vocab_size, self.mask_token_id = model.vocab_size, model.mask_token_id
+        self.eos_token_id = getattr(model, "eos_token_id", None)
+        self.pad_token_id = getattr(model, "pad_token_id", None)
+
+    def _logits_at(self, seen: torch.Tensor, attention_mask: Optional[torch.Tensor], cols: torch.Tensor) -> torch.Tensor:
+        """Logits ``[B, W, V]`` at ``cols``, each from the canvas up to the end of its own block."""
+        L = seen.shape[1]
+        attn = torch.ones_like(seen) if attention_mask is None else attention_mask
+        out = None
+        for k in torch.unique(cols // self.block_size).tolist():
+            later = torch.arange(L, device=seen.device)[None, :] >= (k + 1) * self.block_size
+            view = torch.where(later, torch.full_like(seen, self.mask_token_id), seen)
+            logits = self.model(view, attention_mask=torch.where(later, torch.zeros_like(attn), attn))
+            got = logits.gather(1, cols[:, :, None].expand(-1, -1, logits.shape[-1]))
+            out = got if out is None else torch.where((cols // self.block_size == k)[:, :, None], got, out)
+        return out  # type: ignore[return-value]
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
+        cols = torch.arange(input_ids.shape[1], device=input_ids.device).expand(input_ids.shape[0], -1)
+        return self._logits_at(input_ids, attention_mask, cols)
+
+    def window_logits(self, x: torch.Tensor, attention_mask: Optional[torch.Tensor], out_cols: torch.Tensor,
+                      *, cache: Optional[TokenCache] = None, query_cols: Optional[torch.Tensor] = None,
+                      query_valid: Optional[torch.Tensor] = None, use_cache: bool = False) -> tuple:
+        if cache is None:
+            seen, cache = x, (TokenCache(x.clone()) if use_cache else None)
+        else:
+            valid = torch.ones_like(query_cols, dtype=torch.bool) if query_valid is None else query_valid.bool()
+            r, c = valid.nonzero(as_tuple=True)
+            cache.tokens[r, query_cols[r, c]] = x[r, query_cols[r, c]]
+            seen = cache.tokens
+        return self._logits_at(seen, attention_mask, out_cols), cache

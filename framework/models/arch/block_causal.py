@@ -80,6 +80,7 @@ class BlockCausalLM(MaskedDiffusionLM):
     """
 
     block_size: int = 0
+    block_causal = True
     cache_modes = CACHE_MODES
 
     def check_block_length(self, block_length: int) -> None:
