@@ -110,11 +110,14 @@ class CapData(ctypes.Structure):
 
 
 def drop_capabilities() -> None:
-    """Step 2: no capability now or after any ``execve``; ``no_new_privs`` (so no setuid binary helps)."""
+    """Step 2: no capability now or after any ``execve``: ``no_new_privs`` (an ``execve`` never gains a
+    capability or a setuid identity), the bounding set emptied where we may (a caller without
+    CAP_SETPCAP may not, and needs not: it has no capability to keep), ambient, effective, permitted
+    and inheritable sets cleared."""
     check(LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
     for cap in range(64):
-        if LIBC.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == -1 and ctypes.get_errno() != 22:  # EINVAL: no such cap
-            check(-1, f"prctl(PR_CAPBSET_DROP, {cap})")
+        if LIBC.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) == -1 and ctypes.get_errno() not in (1, 22):
+            check(-1, f"prctl(PR_CAPBSET_DROP, {cap})")  # EPERM: no CAP_SETPCAP; EINVAL: no such capability
     LIBC.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # EINVAL on kernels without ambient caps
     header, data = CapHeader(0x20080522, 0), (CapData * 2)()  # _LINUX_CAPABILITY_VERSION_3, all zero
     check(LIBC.capset(ctypes.byref(header), data), "capset")
