@@ -21,9 +21,11 @@ import time
 
 import pytest
 
+from framework.cli.main import main
 from framework.core.params import ParameterError
 from framework.tasks.base import Example
 from framework.tasks.metrics import get_metric, sandbox
+from framework.tasks.metrics.execution import CodePass
 from framework.tasks.metrics.sandbox import IsolationError
 
 ROW = {"test": "assert add(2, 3) == 5\n"}
@@ -218,6 +220,11 @@ def test_unknown_isolation_names_the_allowed_values():
         get_metric("code", isolation="sandbox")
 
 
+def test_null_isolation_is_not_read_as_none():
+    with pytest.raises(ParameterError, match=r"code\.isolation=None is not allowed.*write 'none'"):
+        get_metric("code", isolation=None)
+
+
 def no_isolation_here(monkeypatch) -> None:
     """Pretend no mechanism works here; running any program is then a test failure."""
     monkeypatch.setattr(sandbox, "probe", lambda name: f"{name} is unavailable in this test")
@@ -253,8 +260,15 @@ def test_mechanism_in_force_is_described_and_listed(mechanism, caplog, monkeypat
     metric = get_metric("code", isolation=mechanism)
     assert f"Isolation {mechanism}:" in metric.describe()
     assert type(metric).notes()[0].startswith("isolation in force here (auto): ")
-    with caplog.at_level(logging.INFO, logger="framework.tasks.metrics.sandbox"):
+    with caplog.at_level(logging.WARNING, logger="framework.tasks.metrics.sandbox"):
         sandbox.announce(metric._jail)
         sandbox.announce(metric._jail)
     assert [r.getMessage() for r in caplog.records] == [
         f"code metric: generated programs run under isolation {metric._jail.description}"]
+
+
+def test_adec_list_verbose_names_the_isolation_in_force(capsys):
+    assert main(["list", "answer-metrics", "--verbose"]) == 0
+    out = capsys.readouterr().out
+    assert "isolation            default 'auto'" in out
+    assert "isolation in force here" in out and CodePass.notes()[0] in out

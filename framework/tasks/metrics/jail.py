@@ -82,7 +82,9 @@ def minimal_dev(scratch: str) -> None:
     for name in DEVICES:
         os.close(os.open(os.path.join(stage, name), os.O_CREAT | os.O_WRONLY, 0o666))
         mount(f"/dev/{name}", os.path.join(stage, name), None, MS_BIND)
-    os.symlink("/proc/self/fd", os.path.join(stage, "fd"))
+    for link, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, os.path.join(stage, link))
     mount(stage, "/dev", None, MS_MOVE)
     os.rmdir(stage)
 

@@ -157,12 +157,12 @@ _announced: set[str] = set()
 
 
 def announce(jail: Jail) -> None:
-    """Log the mechanism in force, once per process and mechanism (a warning for ``none``)."""
+    """Log the mechanism in force, once per process and mechanism, at WARNING level so that it
+    reaches stderr without any logging set-up (as ``adec run``'s own notes do)."""
     if jail.name in _announced:
         return
     _announced.add(jail.name)
-    level = logging.WARNING if jail.name == "none" else logging.INFO
-    logger.log(level, "code metric: generated programs run under isolation %s", jail.description)
+    logger.warning("code metric: generated programs run under isolation %s", jail.description)
 
 
 def run_program(program: str, jail: Jail, timeout: float, memory_mb: int, root: str | None = None) -> str:
