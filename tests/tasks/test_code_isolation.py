@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 import secrets
 import socket
 import subprocess
@@ -24,7 +25,7 @@ import pytest
 from framework.cli.main import main
 from framework.core.params import ParameterError
 from framework.tasks.base import Example
-from framework.tasks.metrics import get_metric, sandbox
+from framework.tasks.metrics import get_metric, jail, sandbox
 from framework.tasks.metrics.execution import CodePass
 from framework.tasks.metrics.sandbox import IsolationError
 
@@ -174,6 +175,36 @@ def test_raw_socket_cannot_reach_the_network(mechanism, victim):
             server.accept()  # nobody connected
     finally:
         server.close()
+
+
+def test_unix_socket_of_the_caller_cannot_be_reached(mechanism, victim, tmp_path):
+    """A socket path (Docker's, X11's) is reachable through a read-only file system; seccomp stops it."""
+    if platform.machine() not in sandbox.SECCOMP_MACHINES:
+        pytest.skip(f"the seccomp filter has no syscall table for {platform.machine()}")
+    path = str(tmp_path / "daemon.sock")
+    server = socket.socket(socket.AF_UNIX)
+    server.bind(path)
+    server.listen(1)
+    server.setblocking(False)
+    try:
+        program = f"import _socket\ns = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)\ns.connect({path!r})\n"
+        assert score(program + ANSWER, mechanism) == 0.0
+        with pytest.raises(BlockingIOError):
+            server.accept()
+    finally:
+        server.close()
+
+
+def test_io_uring_is_refused(mechanism, victim):
+    """io_uring's operations would bypass the seccomp filter: io_uring_setup itself fails."""
+    if platform.machine() not in sandbox.SECCOMP_MACHINES:
+        pytest.skip(f"the seccomp filter has no syscall table for {platform.machine()}")
+    program = LIBC + "params = ctypes.create_string_buffer(120)\nr = libc.syscall(425, 8, params)" + RAISE
+    assert score(program + ANSWER, mechanism) == 0.0
+
+
+def test_the_parent_and_the_child_know_the_same_machines():
+    assert sandbox.SECCOMP_MACHINES == tuple(jail.SECCOMP_TABLE)
 
 
 def test_endless_loop_is_stopped(mechanism, victim):

