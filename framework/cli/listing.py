@@ -130,5 +130,8 @@ def run(args: argparse.Namespace) -> int:
                     default = defaults.get(pname, "-")
                     tune = f"  tune {spec.tune}" if getattr(spec, "tune", None) else ""
                     print(f"      {pname:<20} default {default!r:<14} {spec.allowed()}{tune}  {spec.doc}")
+            notes = getattr(obj, "notes", None) if args.verbose else None
+            for note in notes() if callable(notes) else ():
+                print(f"      {note}")
         print()
     return 0
