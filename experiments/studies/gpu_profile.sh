@@ -11,7 +11,7 @@
 #   4. generation length 1024 (blocks of 32), batch 1, greedy, prefix and dual cache: decode and the bare loop
 #   5. batch 8, full forwards in query chunks of 128 (memory), greedy, no cache and dual: decode
 # ADEC (default: adec) is the command; on a machine without the package installed use
-#   PYTHONPATH=. ADEC="python3 -m framework.cli" experiments/gpu_profile.sh
+#   PYTHONPATH=. ADEC="python3 -m framework.cli" experiments/studies/gpu_profile.sh
 set -uo pipefail
 ADEC=${ADEC:-adec}
 PY=${PYTHON:-python3}
