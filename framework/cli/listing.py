@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from experiments.tables import markdown_table
+
 KINDS = {
     "controllers": ("framework.engine.controller", "CONTROLLERS"),
     "scorers": ("framework.engine.scorer", "SCORERS"),
@@ -96,11 +98,11 @@ def markdown(kinds: list[str]) -> str:
             params = getattr(obj, "params", None) or {}
             if params:
                 defaults = _defaults(obj)
-                out += ["| parameter | default | allowed | tuned over | meaning |", "|---|---|---|---|---|"]
-                for pname, spec in params.items():
-                    tune = f"{spec.tune}" if getattr(spec, "tune", None) else ""
-                    cells = [f"`{pname}`", f"`{defaults.get(pname, '-')!r}`", spec.allowed(), tune, spec.doc]
-                    out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+                out += markdown_table(
+                    ["parameter", "default", "allowed", "tuned over", "meaning"],
+                    [[f"`{pname}`", f"`{defaults.get(pname, '-')!r}`", spec.allowed(),
+                      f"{spec.tune}" if getattr(spec, "tune", None) else "", spec.doc]
+                     for pname, spec in params.items()])
                 out.append("")
     return "\n".join(out).rstrip() + "\n"
 

@@ -1,6 +1,6 @@
 """The ``code`` metric's isolation cost: start-up per program, and programs scored per second.
 
-``python -m experiments.code_isolation [--repeats 30] [--programs 200] [--workers 2]``
+``python -m experiments.studies.code_isolation [--repeats 30] [--programs 200] [--workers 2]``
 
 * **per program**: scoring one trivial correct program (``def add``, one assert), ``repeats``
   rounds after a warm-up, each round taking ``bare`` (a plain ``python -I -c pass``: what any
