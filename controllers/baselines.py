@@ -83,6 +83,11 @@ def llada_transfer_count(n_at_start: torch.Tensor, block_step: torch.Tensor, ste
     return base + (block_step < rem).long()
 
 
+#: the ``steps`` of a rule that falls back on LLaDA's schedule (KLASS, PC-Sampler, Prophet)
+SCHEDULE_STEPS = Param(int, low=1, nullable=True, doc="LLaDA schedule: steps over all blocks; null = gen_length "
+                       "(one token a step)")
+
+
 def llada_schedule(owner: Controller, steps: Optional[int], f: StepFeatures, state: DecodeState) -> torch.Tensor:
     """Tokens to commit this step under LLaDA's schedule of ``steps`` over all blocks (``None`` =
     ``gen_length``, one token a step), long ``[B]``: :func:`llada_transfer_count`, every remaining

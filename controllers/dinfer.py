@@ -111,7 +111,8 @@ class Credit(Controller):
     credit, one token per step, so here each position keeps a table of its credited tokens with
     room for one per step of its block (block_length entries): the fused logits are the same.
 
-    At temperature > 0 x0 is the framework's counter-based sample of softmax(z̃ / T) instead of
+    The committed tokens are the fused argmax (Decision.tokens), as dInfer writes them. At
+    temperature > 0 x0 is the framework's counter-based sample of softmax(z̃ / T) instead of
     dInfer's Gumbel draw of the same distribution.
     """
 

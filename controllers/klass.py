@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from controllers.baselines import llada_schedule
+from controllers.baselines import SCHEDULE_STEPS, llada_schedule
 from framework.core.params import Param
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
@@ -61,7 +61,7 @@ class KLASS(Controller):
                               "for H steps", tune=(0.001, 0.1), log=True),
         "history_length": Param(int, low=1, doc="H: steps the KL must stay below τ_KL", tune=(1, 4)),
         "unmask_strategy": Param(str, choices=STRATEGIES, doc="which ready positions to commit"),
-        "steps": Param(int, low=1, nullable=True, doc="LLaDA fallback: steps over all blocks; null = gen_length"),
+        "steps": SCHEDULE_STEPS,
     }
     differences = """
     The window holds only the current block, so the KL at a block's first step (against the

@@ -15,7 +15,7 @@ from typing import Optional
 
 import torch
 
-from controllers.baselines import llada_schedule
+from controllers.baselines import SCHEDULE_STEPS, llada_schedule
 from framework.core.params import Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
@@ -66,7 +66,7 @@ class PCSampler(Controller):
     params = {
         "lambd": Param(float, low=0.0, doc="λ: position decay exp(−λ·j) over the block index j", tune=(0.0, 1.0)),
         "alpha": Param(float, low=0.0, low_exclusive=True, doc="α: clip of the calibrated confidence", tune=(1.0, 20.0)),
-        "steps": Param(int, low=1, nullable=True, doc="LLaDA schedule: steps over all blocks; null = gen_length"),
+        "steps": SCHEDULE_STEPS,
         "frequencies": Param(str, nullable=True, doc="token-count JSON in PC-Sampler's format (num_token, "
                              "p_baseline_dict); null = uniform, no calibration"),
     }

@@ -11,7 +11,7 @@ from typing import Optional
 
 import torch
 
-from controllers.baselines import llada_schedule
+from controllers.baselines import SCHEDULE_STEPS, llada_schedule
 from framework.core.params import Param
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
@@ -43,7 +43,7 @@ class Prophet(Controller):
                                  tune=(2.0, 12.0)),
         "mid_threshold": Param(float, low=0.0, doc="τ_mid: gap while progress < 0.67", tune=(1.0, 8.0)),
         "late_threshold": Param(float, low=0.0, doc="τ_late: gap from progress 0.67 on", tune=(0.5, 5.0)),
-        "steps": Param(int, low=1, nullable=True, doc="LLaDA schedule: steps over all blocks; null = gen_length"),
+        "steps": SCHEDULE_STEPS,
     }
     differences = """
     Prophet averages the gap over a fixed answer region: the 5 positions from two after a forced
