@@ -74,7 +74,9 @@ class PCSampler(Controller):
     PC-Sampler calibrates with the token counts of a reference corpus for LLaDA's tokenizer
     (data/baseline/reference_corpus_llada.json, not shipped here): pass such a file as
     frequencies. Without it every token has f = 1/V, so the rule is exp(−λ j)·min(α, p(x0)·log V),
-    position-weighted confidence without the calibration.
+    position-weighted confidence without the calibration. The framework has no corpus counts to
+    offer: counting the call's prompts with the tokenizer in state.context would make a row's
+    decisions depend on the rest of its batch.
 
     Defaults are the published scripts' (λ = 0.25, α = 10, steps = gen_length); generate.py's own
     defaults are λ = 1, α = 1. Where the schedule gives a step k = 0 (more steps than tokens)

@@ -464,3 +464,14 @@ def test_slowfast_equals_published_on_the_context_toy(params, block):
     names = {"threshold": "tau", "span_threshold": "tau_span", "exploration_steps": "k_explore",
              "stability_window": "window", "stability_std": "std_max"}
     assert ours == reference_slowfast(model, [6, 1], 16, block, **{names[k]: v for k, v in params.items()})
+
+
+def test_slowfast_fixes_a_stable_span_after_two_equal_estimates():
+    """Static confidences: the estimate is 6 at both of the first two steps (std 0 < 1), so the span is
+    fixed at [0, 6); exploration goes on for its 6 steps, one token a step once the p = 0.95 pair is in."""
+    conf = [0.95, 0.94, 0.6, 0.59, 0.58, 0.57] + [0.1 - 0.01 * i for i in range(6)]
+    model = ToyDenoiser([1 + i % 5 for i in range(12)], conf, second=[min(c, 1 - c) / 2 for c in conf],
+                        prompt_length=1)
+    ours = engine_steps(model, [0], "slowfast", 12)
+    assert ours[:6] == [[0, 1], [2], [3], [4], [5], [6]]
+    assert ours == reference_slowfast(model, [0], 12, 12)
