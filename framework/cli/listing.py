@@ -78,6 +78,15 @@ named by their dotted path: `inner.threshold`, `base.eta`, `controllers.0.eta`, 
 `depth.base.eta` (`adec tune --range inner.threshold=0.8:0.99`)."""
 
 
+def _differences(obj: object) -> list[str]:
+    """A controller's ``differences`` (paragraphs split by blank lines) as a Markdown list."""
+    text = str(getattr(obj, "differences", "") or "")
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
+    if not paragraphs:
+        return []
+    return ["Where it differs from the published code:", ""] + [f"- {p}" for p in paragraphs] + [""]
+
+
 def markdown(kinds: list[str]) -> str:
     """A Markdown reference of the registered plugins and every parameter."""
     out = ["# Registered plugins", "",
@@ -104,6 +113,7 @@ def markdown(kinds: list[str]) -> str:
                       f"{spec.tune}" if getattr(spec, "tune", None) else "", spec.doc]
                      for pname, spec in params.items()])
                 out.append("")
+            out += _differences(obj)
     return "\n".join(out).rstrip() + "\n"
 
 
