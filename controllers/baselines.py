@@ -25,6 +25,8 @@ softmax (LLaDA's convention), also at temperature > 0, where Dream scores temper
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 
 from framework.core.params import Param, ParameterError
@@ -81,6 +83,20 @@ def llada_transfer_count(n_at_start: torch.Tensor, block_step: torch.Tensor, ste
     return base + (block_step < rem).long()
 
 
+#: the ``steps`` of a rule that falls back on LLaDA's schedule (KLASS, PC-Sampler, Prophet)
+SCHEDULE_STEPS = Param(int, low=1, nullable=True, doc="LLaDA schedule: steps over all blocks; null = gen_length "
+                       "(one token a step)")
+
+
+def llada_schedule(owner: Controller, steps: Optional[int], f: StepFeatures, state: DecodeState) -> torch.Tensor:
+    """Tokens to commit this step under LLaDA's schedule of ``steps`` over all blocks (``None`` =
+    ``gen_length``, one token a step), long ``[B]``: :func:`llada_transfer_count`, every remaining
+    token from the block's last scheduled step on, at least one."""
+    spb = _steps_per_block(owner, steps or state.config.gen_length, state)
+    k = llada_transfer_count(f.block_masked_at_start, f.block_step, spb)
+    return torch.where(f.block_step >= spb - 1, f.n_eligible, k).clamp(min=1)
+
+
 @CONTROLLERS.register("llada")
 class LLaDA(Controller):
     """LLaDA: fixed steps per block, commit the k most confident (low-confidence remasking).
@@ -113,9 +129,7 @@ class LLaDA(Controller):
         _steps_per_block(self, self.steps, state)
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
-        spb = _steps_per_block(self, self.steps, state)
-        k = llada_transfer_count(f.block_masked_at_start, f.block_step, spb)
-        k = torch.where(f.block_step >= spb - 1, f.n_eligible, k).clamp(min=1)
+        k = llada_schedule(self, self.steps, f, state)
         if self.remasking == "random":
             scores = uniform_at(state.seeds, f.step, RANDOM_REMASK_SALT, f.position).float()
         else:

@@ -36,6 +36,7 @@ from experiments.spec import (
     suites,
 )
 from experiments.sweeps import expand_sweep, param_problem
+from experiments.targets import check_targets
 from framework.core.params import ParameterError
 
 
@@ -120,13 +121,16 @@ def parse_experiment(raw: Any, source: str = "<experiment>") -> Experiment:
     strategies = _parse_strategies(c, raw.get("strategies"), [t.name for t in tasks])
     published = check_published(c, raw.get("published"), [(t.name, t.key) for t in tasks],
                                 {s.label: s.tasks for s in strategies})
+    targets, problems = check_targets(raw.get("targets"))
+    for path, msg in problems:
+        c.add(path, msg)
     exp = Experiment(
         name=str(name or "experiment"), tasks=tasks, strategies=strategies, model=raw.get("model", "tiny-{task}"),
         description=str(raw.get("description") or ""), device=device if isinstance(device, str) else "cpu",
         n=raw.get("n", 100), split=split, batch_size=raw.get("batch_size", 64), repeats=raw.get("repeats", 1),
         data_seed=raw.get("data_seed", 0), seeds=list(seeds), decode=dict(decode) if isinstance(decode, dict) else {},
         metrics=list(metrics) if isinstance(metrics, list) else [], on_missing=on_missing, source=source, raw=raw,
-        published=published,
+        published=published, targets=targets,
     )
     if not c.problems:
         _check_combinations(c, exp)

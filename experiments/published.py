@@ -33,6 +33,7 @@ import math
 from typing import Any, Optional, Sequence
 
 from experiments.spec import TaskSpec, did_you_mean
+from experiments.tables import figure, markdown_table
 
 BLOCK_KEYS = ("title", "source", "note", "columns", "rows")
 ROW_KEYS = ("label", "strategy", "published")
@@ -214,9 +215,9 @@ def _ours(row: Optional[dict]) -> dict:
 def _ours_text(cell: dict) -> str:
     if cell["ours"] is None:
         return MISSING
-    text = f"{cell['ours']:.2f}" if cell["unit"] == "percent" else f"{cell['ours']:.4g} {cell['unit']}"
-    extra = [f"{cell['nfe']:.1f} NFE" if _number(cell["nfe"]) else None,
-             f"{cell['tpf']:.2f} tok/fwd" if _number(cell["tpf"]) else None]
+    text = figure(cell["ours"], 2) if cell["unit"] == "percent" else f"{cell['ours']:.4g} {cell['unit']}"
+    extra = [f"{figure(cell['nfe'], 1)} NFE" if _number(cell["nfe"]) else None,
+             f"{figure(cell['tpf'], 2)} tok/fwd" if _number(cell["tpf"]) else None]
     extra = [e for e in extra if e]
     return text + (f" ({', '.join(extra)})" if extra else "")
 
@@ -253,12 +254,10 @@ def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = Fa
                 md += [b["note"], ""]
             head = ["label", "strategy (this run)"] + [f"{col}: {who}" for col in cols
                                                        for who in ("ours", "paper")]
-            md += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-            for tr in table_rows:
-                vals = [tr["label"], tr["strategy"] or MISSING]
-                for col in cols:
-                    vals += [_ours_text(tr["cells"][col]), _paper_text(tr["cells"][col]["paper"])]
-                md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
+            md += markdown_table(head, [[tr["label"], tr["strategy"] or MISSING,
+                                         *(text for col in cols for text in (_ours_text(tr["cells"][col]),
+                                                                             _paper_text(tr["cells"][col]["paper"])))]
+                                        for tr in table_rows])
             ns = sorted({c["n"] for tr in table_rows for c in tr["cells"].values() if c["n"] is not None})
             seeds = sorted({s for tr in table_rows for c in tr["cells"].values() for s in (c["seeds"] or [])})
             md += ["", "Columns: " + "; ".join(f"{col} = task `{key or '?'}`" for col, key in cols.items())

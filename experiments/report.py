@@ -11,14 +11,18 @@ averaged over seeds (peak memory: the maximum). Per task the report shows
   accuracy on the task; a strategy that is no sweep is a curve of one point;
 * a table ``strategy | AUP | kind | lookahead | quality | NFE | tokens per forward | ms per token |
   peak memory``, sorted by AUP (the rows of a curve together, by tokens per forward);
-* the matched-accuracy table (:mod:`experiments.matched`): each curve's most parallel point no more
-  than 1 point below the reference, and the benchmark's targets (baseline spread, oracle room), met or not;
-  the headline counts the tasks that meet both;
+* the matched-accuracy table (:func:`experiments.compare.matched_points`): each curve's most parallel
+  point no more than 1 point below the reference, and its ratios (baseline spread, oracle room, ...)
+  judged against the experiment file's ``targets:`` (:mod:`experiments.targets`; without them, shown
+  for scale); the headline counts the tasks that meet both;
 * lookahead and revocable decoding against the same controller without them
-  (:mod:`experiments.against_base`): accuracy at equal NFE, tokens per forward at equal accuracy,
-  and the lookahead targets (a gain on three tasks, never more than 1 point below at equal NFE);
-* every learned and lookahead point against the best non-learned curve (:mod:`experiments.against_best`),
-  at equal NFE and at equal accuracy.
+  (:func:`experiments.compare.against_base`): accuracy at equal NFE, tokens per forward at equal
+  accuracy, and the lookahead targets of the file (a gain, never more than a point below at equal NFE);
+* every learned and lookahead point against the best non-learned curve
+  (:func:`experiments.compare.against_best`), at equal NFE and at equal accuracy.
+
+All three are uses of one matcher (:func:`experiments.compare.match`) on typed points
+(:class:`experiments.compare.Point`); the targets are read from each run folder's ``experiment.yaml``.
 
 ``docs/benchmark.json`` is ``{"rows": [...], "tasks": {...}}``: ``rows`` are objects with at least
 ``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
@@ -26,10 +30,11 @@ averaged over seeds (peak memory: the maximum). Per task the report shows
 task`` when several experiments are reported) to ``{"experiment", "task", "quality_metric",
 "y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched",
 "against_base", "against_best"}``
-(``matched``: :func:`experiments.matched.matched_points`; ``against_base``:
-:func:`experiments.against_base.compare`; ``against_best``: :func:`experiments.against_best.against_best`,
+(``matched``: :func:`experiments.compare.matched_points`; ``against_base``:
+:func:`experiments.compare.against_base`; ``against_best``: :func:`experiments.compare.against_best`,
 every learned and lookahead point against the best non-learned curve); ``matched`` counts the tasks meeting the targets
-(:func:`experiments.matched.matched_summary`); ``published`` lists
+(:func:`experiments.compare.matched_summary`); ``targets`` maps each experiment to the targets it
+declares (``null`` where a target is not declared); ``published`` lists
 the experiment files' ``published`` tables (:mod:`experiments.published`), shown in the markdown after
 the headline: ``{"experiment", "title", "source", "note", "columns": {title: task}, "rows": [{"label",
 "strategy", "cells": {column: {"ours", "unit", "nfe", "tpf", "n", "seeds", "paper"}}}]}`` (``ours`` in
@@ -43,16 +48,28 @@ import math
 import re
 import statistics
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from experiments.against_base import compare, compare_markdown, compare_summary
-from experiments.against_best import against_best, against_best_markdown
 from experiments.aup import task_aup
-from experiments.matched import matched_markdown, matched_points, matched_summary, summary_line
+from experiments.compare import (
+    against_base,
+    against_base_markdown,
+    against_base_summary,
+    against_best,
+    against_best_markdown,
+    as_points,
+    match,
+    matched_markdown,
+    matched_points,
+    matched_summary,
+    summary_line,
+)
 from experiments.plots import KIND_COLOURS, KIND_ORDER, curves_of, pareto_front, plot_task, quality_label
 from experiments.published import published_tables
+from experiments.tables import figure, markdown_table
+from experiments.targets import Targets, check_targets
 
 __all__ = ["KIND_COLOURS", "KIND_ORDER", "ReportError", "aggregate", "find_runs", "headline", "pareto_front",
            "plot_task", "task_aup_scores", "write_report"]
@@ -70,6 +87,7 @@ class RunInfo:
     environment: dict
     invocations: list[dict]
     experiment: dict
+    targets: Targets = field(default_factory=Targets)
 
 
 def find_runs(paths: Sequence["str | Path"]) -> list[RunInfo]:
@@ -96,8 +114,17 @@ def find_runs(paths: Sequence["str | Path"]) -> list[RunInfo]:
 
         exp = yaml.safe_load((f / "experiment.yaml").read_text()) if (f / "experiment.yaml").is_file() else {}
         runs.append(RunInfo(path=f, name=f.name, rows=rows, environment=env, invocations=inv,
-                            experiment=exp or {}))
+                            experiment=exp or {}, targets=_targets(f, exp or {})))
     return runs
+
+
+def _targets(folder: Path, experiment: dict) -> Targets:
+    """The run's ``targets:`` (none when its ``experiment.yaml`` declares none); a malformed entry
+    raises :class:`ReportError` naming the file and the key."""
+    targets, problems = check_targets(experiment.get("targets"))
+    if problems:
+        raise ReportError(f"{folder / 'experiment.yaml'}: " + "; ".join(f"{p}: {m}" for p, m in problems))
+    return targets
 
 
 def _mean(xs: Sequence[Any]) -> Optional[float]:
@@ -127,6 +154,7 @@ def aggregate(runs: Sequence[RunInfo]) -> list[dict]:
             "quality": _mean([r.get("quality", r["accuracy"]) for r in rows]),
             "higher_is_better": bool(first.get("higher_is_better", True)),
             "nfe": _mean([r["nfe"] for r in rows]), "tpf": _mean([r["tpf"] for r in rows]),
+            "tpf_mean": _mean([r.get("tpf_mean") for r in rows]),
             "ms_per_token": _mean([r["ms_per_token"] for r in rows]),
             "peak_mem_mb": max((r["peak_mem_mb"] for r in rows if r.get("peak_mem_mb") is not None),
                                default=None),
@@ -144,12 +172,6 @@ def aggregate(runs: Sequence[RunInfo]) -> list[dict]:
 
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "task"
-
-
-def _f(v: Any, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "–"
-    return f"{v:.{digits}f}" if isinstance(v, float) else str(v)
 
 
 def _sort_key(r: dict) -> tuple:
@@ -202,10 +224,9 @@ def headline(rows: list[dict], tolerance: float = 0.01) -> dict[str, Any]:
     best = None
     if ref is not None and ref["quality"] is not None:
         hib = ref["higher_is_better"]
-        ok = [r for r in rows if r["kind"] not in ("reference", "oracle") and r["quality"] is not None and
-              (r["quality"] >= ref["quality"] - tolerance if hib
-               else r["quality"] <= ref["quality"] * (1 + tolerance))]
-        best = max(ok, key=lambda r: (r["tpf"] or 0.0), default=None)
+        pool = [p for p in as_points(rows) if p.kind not in ("reference", "oracle")]
+        bound = ref["quality"] - tolerance if hib else ref["quality"] * (1 + tolerance)
+        best = match(pool, floor=bound, on="quality", higher_is_better=hib)
     return {"reference": ref, "best": best, "oracle": oracle}
 
 
@@ -213,8 +234,8 @@ def _row_text(r: Optional[dict]) -> str:
     if r is None:
         return "–"
     q = "accuracy" if r["quality_metric"] == "accuracy" else r["quality_metric"]
-    return (f"{r['strategy']} ({r['kind']}): {q} {_f(r['quality'])}, {_f(r['nfe'], 2)} NFE, "
-            f"{_f(r['tpf'], 2)} tokens/forward")
+    return (f"{r['strategy']} ({r['kind']}): {q} {figure(r['quality'])}, {figure(r['nfe'], 2)} NFE, "
+            f"{figure(r['tpf'], 2)} tokens/forward")
 
 
 def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "docs", *,
@@ -230,16 +251,19 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
     multi = len({r["experiment"] for r in rows}) > 1
     written: dict[str, Path] = {}
     md = _intro_markdown(runs, title, command)
-    headline_md, tasks = _headline_markdown(by_task, multi)
+    targets = {run.name: run.targets for run in runs}
+    headline_md, tasks = _headline_markdown(by_task, multi, targets)
     md += headline_md
     matched = matched_summary(tasks)
-    md += [summary_line(matched)] + ([line] if (line := compare_summary(tasks)) else []) + [""]
+    declared = [targets[r] for r in sorted({exp for exp, _ in by_task})]
+    md += [summary_line(matched, [t.matched for t in declared])]
+    md += ([line] if (line := against_base_summary(tasks, [t.against_base for t in declared])) else []) + [""]
     published_md, published = published_tables(runs, rows, multi)
     md += published_md
     for (exp, task), trows in by_task.items():
         name = f"{exp} / {task}" if multi else task
         section, png = _task_section(name, _slug(f"{exp}-{task}" if multi else task), trows, tasks[name],
-                                     out / "plots")
+                                     out / "plots", targets[exp])
         written[f"plot:{name}"] = png
         md += section
     md += _READING
@@ -247,7 +271,8 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
     md_path.write_text("\n".join(md) + "\n", encoding="utf-8")
     json_rows = [{k: r[k] for k in _JSON_FIELDS} for r in rows]
     json_path = out / "benchmark.json"
-    doc = {"rows": json_rows, "tasks": tasks, "matched": matched, "published": published}
+    doc = {"rows": json_rows, "tasks": tasks, "matched": matched, "published": published,
+           "targets": {name: asdict(t) for name, t in targets.items()}}
     json_path.write_text(json.dumps(doc, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     written["markdown"] = md_path
     written["json"] = json_path
@@ -255,7 +280,7 @@ def write_report(runs_paths: Sequence["str | Path"], out_dir: "str | Path" = "do
 
 
 #: the fields of each row of ``benchmark.json``
-_JSON_FIELDS = ("experiment", "task", "strategy", "curve", "sweep", "kind", "aup", "accuracy", "nfe", "tpf",
+_JSON_FIELDS = ("experiment", "task", "strategy", "curve", "sweep", "kind", "aup", "accuracy", "nfe", "tpf", "tpf_mean",
                 "ms_per_token", "peak_mem_mb", "lookahead", "quality_metric", "quality", "higher_is_better",
                 "controller", "params", "n", "seeds", "metrics", "model", "lookahead_nfe")
 
@@ -319,10 +344,11 @@ def _run_setup(run: Any) -> list[str]:
     return md
 
 
-def _headline_markdown(by_task: "OrderedDict[tuple[str, str], list[dict]]",
-                       multi: bool) -> tuple[list[str], dict[str, dict]]:
+def _headline_markdown(by_task: "OrderedDict[tuple[str, str], list[dict]]", multi: bool,
+                       targets: dict[str, Targets]) -> tuple[list[str], dict[str, dict]]:
     """The headline per task (reference, best within 1 point, oracle, highest AUP) and each task's
-    scores: AUPs (also written into every row's ``aup``), matched points, the comparison with the base."""
+    scores: AUPs (also written into every row's ``aup``), matched points, the comparisons with the base
+    and with the best non-learned curve, judged against the targets of the task's experiment."""
     md = ["## Headline", ""]
     tasks: dict[str, dict] = {}
     for (exp, task), trows in by_task.items():
@@ -332,8 +358,8 @@ def _headline_markdown(by_task: "OrderedDict[tuple[str, str], list[dict]]",
                                 **task_aup_scores(trows)}
         for r in trows:
             r["aup"] = scores["aup"].get(r["curve"])
-        scores["matched"] = matched_points(trows, scores["aup"])
-        scores["against_base"] = compare(trows, scores["aup"])
+        scores["matched"] = matched_points(trows, scores["aup"], targets=targets[exp].matched)
+        scores["against_base"] = against_base(trows, scores["aup"], targets[exp].against_base)
         scores["against_best"] = against_best(trows)
         oracles = {r["curve"] for r in trows if r["kind"] == "oracle"}
         best_aup = max(((c, v) for c, v in scores["aup"].items() if c not in oracles), key=lambda kv: kv[1],
@@ -344,8 +370,8 @@ def _headline_markdown(by_task: "OrderedDict[tuple[str, str], list[dict]]",
     return md, tasks
 
 
-def _task_section(name: str, slug: str, trows: list[dict], scores: dict,
-                  plots_dir: Path) -> tuple[list[str], Path]:
+def _task_section(name: str, slug: str, trows: list[dict], scores: dict, plots_dir: Path,
+                  targets: Targets) -> tuple[list[str], Path]:
     """One task's section (its plot, its rows sorted by AUP, matched points, comparison with the
     base) and the plot's path."""
     trows = _by_aup(trows, scores["aup"])
@@ -361,27 +387,23 @@ def _task_section(name: str, slug: str, trows: list[dict], scores: dict,
         md += [scores["note"][0].upper() + scores["note"][1:] + ".", ""]
     md += _task_table(trows)
     md += matched_markdown(name, scores["matched"], trows[0]["quality_metric"])
-    md += compare_markdown(name, scores["against_base"])
+    md += against_base_markdown(name, scores["against_base"], targets.against_base)
     md += against_best_markdown(name, scores["against_best"])
     return md, png
 
 
 def _task_table(trows: list[dict]) -> list[str]:
     """The markdown table of one task's rows: AUP, kind, quality (and accuracy), its other metrics,
-    NFE, tokens per forward, ms per token, peak memory."""
+    NFE, tokens per forward (and its per-sample mean, where the rows carry it), ms per token, peak memory."""
     qname = "accuracy" if trows[0]["quality_metric"] == "accuracy" else trows[0]["quality_metric"]
     extra = [m for m in sorted({m for r in trows for m in r["metrics"]}) if m != trows[0]["quality_metric"]]
-    head = ["strategy", "AUP", "kind", "lookahead", f"quality: {qname}",
-            *([] if qname == "accuracy" else ["accuracy"]),
-            *extra, "NFE", "tokens per forward", "ms per token", "peak memory (MB)"]
-    md = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in trows:
-        vals = [r["strategy"], _f(r["aup"], 1), r["kind"], "yes" if r["lookahead"] else "no",
-                _f(r["quality"])]
-        if qname != "accuracy":
-            vals.append(_f(r["accuracy"]))
-        vals += [_f(r["metrics"].get(m)) for m in extra]
-        vals += [_f(r["nfe"], 2), _f(r["tpf"], 2), _f(r["ms_per_token"], 3), _f(r["peak_mem_mb"], 1)]
-        md.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
-    md.append("")
-    return md
+    acc = qname != "accuracy"
+    mean = any(r.get("tpf_mean") is not None for r in trows)
+    head = ["strategy", "AUP", "kind", "lookahead", f"quality: {qname}", *(["accuracy"] if acc else []),
+            *extra, "NFE", "tokens per forward", *(["tokens per forward (per-sample mean)"] if mean else []),
+            "ms per token", "peak memory (MB)"]
+    body = [[r["strategy"], figure(r["aup"], 1), r["kind"], "yes" if r["lookahead"] else "no", figure(r["quality"]),
+             *([figure(r["accuracy"])] if acc else []), *(figure(r["metrics"].get(m)) for m in extra),
+             figure(r["nfe"], 2), figure(r["tpf"], 2), *([figure(r.get("tpf_mean"), 2)] if mean else []),
+             figure(r["ms_per_token"], 3), figure(r["peak_mem_mb"], 1)] for r in trows]
+    return markdown_table(head, body) + [""]

@@ -27,6 +27,7 @@ from experiments.cells import (
 )
 from experiments.parse import load_experiment
 from experiments.spec import Cell, Experiment, TaskSpec, model_label
+from experiments.tables import figure, markdown_table
 
 
 # ====================================================================== the run folder
@@ -93,24 +94,15 @@ SUMMARY_COLUMNS = ("task", "strategy", "kind", "seed", "n", "quality_metric", "q
 
 
 def summary_markdown(rows: list[dict]) -> str:
+    """The run's cells as a markdown table: one row per (task, strategy, seed)."""
     metric_names = sorted({m for r in rows for m in (r.get("metrics") or {})})
     head = ["task", "strategy", "kind", "seed", "n", "accuracy", *metric_names, "NFE", "tok/fwd", "ms/tok",
             "peak MB"]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        vals = [r["task"], r["strategy"], r["kind"], str(r["seed"]), str(r["n"]), _fmt(r["accuracy"])]
-        vals += [_fmt((r.get("metrics") or {}).get(m)) for m in metric_names]
-        vals += [_fmt(r["nfe"], 2), _fmt(r["tpf"], 2), _fmt(r["ms_per_token"], 3), _fmt(r["peak_mem_mb"], 1)]
-        lines.append("| " + " | ".join(v.replace("|", "\\|") for v in vals) + " |")
-    return "\n".join(lines) + "\n"
-
-
-def _fmt(v: Any, digits: int = 3) -> str:
-    if v is None or (isinstance(v, float) and not math.isfinite(v)):
-        return "–"
-    if isinstance(v, float):
-        return f"{v:.{digits}f}"
-    return str(v)
+    body = [[r["task"], r["strategy"], r["kind"], r["seed"], r["n"], figure(r["accuracy"]),
+             *(figure((r.get("metrics") or {}).get(m)) for m in metric_names),
+             figure(r["nfe"], 2), figure(r["tpf"], 2), figure(r["ms_per_token"], 3), figure(r["peak_mem_mb"], 1)]
+            for r in rows]
+    return "\n".join(markdown_table(head, body)) + "\n"
 
 
 @dataclass

@@ -54,6 +54,10 @@ docs/experiments.md for the long form)::
           - {label: top margin, strategy: "margin (1 cell/step)", published: {all: 89.49, hard: 49.88}}
                                      # strategy: a label of this file; published: column -> number (percent)
 
+    targets:                         # milestones the report judges (experiments.targets); all optional
+      matched: {baseline_spread: 2.0, oracle_room: 2.0, tasks: 3}
+      against_base: {gain_points: 5.0, gain_ratio: 1.2, gain_tasks: 2}
+
 A ``sweep`` (:mod:`experiments.sweeps`) expands at load time into one strategy per value, labelled
 ``<label> (<param>=<value>)`` and carrying ``curve: <label>``; the report draws a curve as one line
 of accuracy against tokens per forward and scores it with AUP (:mod:`experiments.aup`).
@@ -92,7 +96,7 @@ from typing import Any, Optional, Sequence
 
 KINDS: tuple[str, ...] = ("reference", "baseline", "heuristic", "tuned", "learned", "oracle")
 TOP_KEYS = ("name", "description", "model", "device", "n", "split", "batch_size", "repeats", "data_seed",
-            "seeds", "decode", "metrics", "on_missing", "tasks", "strategies", "published")
+            "seeds", "decode", "metrics", "on_missing", "tasks", "strategies", "published", "targets")
 TASK_KEYS = ("name", "params", "n", "metrics", "quality", "model", "decode", "label")
 #: task parameters that name a file or folder: a task's key shows only their last part
 FILE_PARAMS = ("path", "train", "validation", "test", "few_shot_path", "include_path")
@@ -219,6 +223,8 @@ class Experiment:
     skipped: list = field(default_factory=list)
     #: the ``published`` tables, normalised (:func:`experiments.published.check_published`)
     published: list = field(default_factory=list)
+    #: the milestone targets the report judges (:mod:`experiments.targets`; ``None``: none declared)
+    targets: Any = None
 
     def cells(self) -> list[Cell]:
         """Every cell, in file order (tasks outer, strategies, seeds inner); skipped ones excluded."""

@@ -1,6 +1,9 @@
 """adaptive-decoding: adaptive parallel decoding of masked diffusion language models.
 
-The public API, for scripts, notebooks and plugins (nothing here needs a private module)::
+The public API, for scripts, notebooks and plugins: everything the docs' examples use is a name of
+this package (``tests/docs/test_docs.py`` checks that every Python example of docs/ and the README
+imports only from here); the built-in plugins, the experiments and the tests import the defining
+modules directly, so that the layer check sees where they sit::
 
     from framework import decode, DecodeConfig, build_controller, load_model
     loaded = load_model("tiny-addition")
@@ -13,7 +16,8 @@ Plugin authors subclass :class:`Controller` or :class:`Scorer`, register with
 
 Layers (lowest first; each imports only its own layer and lower ones, see docs/architecture.md):
 ``core`` -> ``engine`` -> ``models``, ``tasks`` -> ``training``, ``learning``, ``tuning``, ``jobs``
--> (``controllers/``, ``scorers/`` plugins) -> ``testing`` -> ``experiments/`` -> ``cli``.
+-> (``controllers/``, ``scorers/`` plugins) -> ``testing``, ``integrations``, ``profiling``
+-> ``experiments/`` -> ``cli``.
 Names are imported lazily on first use, so ``import framework`` stays cheap.
 """
 
@@ -60,13 +64,27 @@ _EXPORTS = {
     "Tokenizer": "framework.models.protocol",
     "TASKS": "framework.tasks.base",
     "Task": "framework.tasks.base",
+    "Recipe": "framework.tasks.base",
     "Example": "framework.tasks.base",
     "get_task": "framework.tasks.base",
+    "make_vocabulary": "framework.tasks.vocab",
+    "read_prompts": "framework.tasks.prompts",
+    "Metric": "framework.tasks.metrics",
+    "METRICS": "framework.tasks.metrics",
+    "get_metric": "framework.tasks.metrics",
     "MODELS": "framework.training.zoo",
     "load_model": "framework.training.zoo",
+    "train_denoiser": "framework.training.masked_diffusion",
+    # adec generate's jobs
+    "run_generation_job": "framework.jobs",
+    "check_items": "framework.jobs",
+    "validate_row": "framework.jobs",
+    "read_results": "framework.jobs",
     # plugin authors: conformance suites and designed toys
     "check_controller": "framework.testing.conformance",
+    "controller_checks": "framework.testing.conformance",
     "check_scorer": "framework.testing.scorer_conformance",
+    "check_task": "framework.testing.task_conformance",
 }
 
 __all__ = sorted(_EXPORTS)

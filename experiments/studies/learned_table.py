@@ -11,14 +11,23 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments.matched import format_figure
+from experiments.tables import MISSING, figure, markdown_row, markdown_table
 
 
 def _row(label: str, p: Optional[dict]) -> str:
+    """One compared curve's row (its matched point; 'none within 1 point' without one)."""
     if p is None:
-        return f"| {label} | – | none within 1 point | – | – | – | – |"
-    return (f"| {label} | {p['curve']} | {p['strategy']} | {format_figure(p['accuracy'], 3)} | "
-            f"{format_figure(p['nfe'], 2)} | {format_figure(p['tpf'], 2)} | {format_figure(p['aup'], 1)} |")
+        return markdown_row([label, MISSING, "none within 1 point", MISSING, MISSING, MISSING, MISSING])
+    return markdown_row([label, p["curve"], p["strategy"], figure(p["accuracy"], 3), figure(p["nfe"], 2),
+                         figure(p["tpf"], 2), figure(p["aup"], 1)])
+
+
+def _judged(text: str, t: dict) -> str:
+    """A ratio line with the target the report judged it against (none: for scale)."""
+    target = "for scale" if t.get("target") is None else f"≥ {t['target']:g}×"
+    ratio = MISSING if t["value"] is None else f"{t['value']:.2f}×"
+    mark = "" if t["met"] is None else " ✓" if t["met"] else " ✗"
+    return f"- {text} ({target}): {ratio}{mark}"
 
 
 def table(bench: dict[str, Any]) -> str:
@@ -40,17 +49,12 @@ def table(bench: dict[str, Any]) -> str:
         out += [f"**{name}** (reference {m['reference']}, matched at accuracy ≥ {m['threshold']:.2f}; "
                 f"highest AUP: {top[0]} {top[1]:.1f}; best learned AUP: {best_learned[0]} "
                 f"{best_learned[1]:.1f})", "",
-                "| | curve | matched point | accuracy | NFE | tokens/forward | AUP |",
-                "|---|---|---|---|---|---|---|",
+                *markdown_table(["", "curve", "matched point", "accuracy", "NFE", "tokens/forward", "AUP"], []),
                 _row("best learned", points.get(over["of"])),
                 _row("best non-learned", points.get(over["over"])),
                 _row("oracle", points.get(of_oracle["over"])), ""]
-        for t_, text in ((over, "learned / best non-learned (≥ 1×)"),
-                         (tg["of_hand_rule"], "learned / best hand rule (≥ 0.9×)"),
-                         (of_oracle, "learned / oracle (for scale)")):
-            ratio = "–" if t_["value"] is None else f"{t_['value']:.2f}×"
-            mark = "" if t_["met"] is None else " ✓" if t_["met"] else " ✗"
-            out.append(f"- {text}: {ratio}{mark}")
+        out += [_judged("learned / best non-learned", over), _judged("learned / best hand rule", tg["of_hand_rule"]),
+                _judged("learned / oracle", of_oracle)]
         out.append("")
     return "\n".join(out)
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import importlib
 
+from experiments.tables import markdown_table
+
 KINDS = {
     "controllers": ("framework.engine.controller", "CONTROLLERS"),
     "scorers": ("framework.engine.scorer", "SCORERS"),
@@ -76,6 +78,15 @@ named by their dotted path: `inner.threshold`, `base.eta`, `controllers.0.eta`, 
 `depth.base.eta` (`adec tune --range inner.threshold=0.8:0.99`)."""
 
 
+def _differences(obj: object) -> list[str]:
+    """A controller's ``differences`` (paragraphs split by blank lines) as a Markdown list."""
+    text = str(getattr(obj, "differences", "") or "")
+    paragraphs = [" ".join(p.split()) for p in text.split("\n\n") if p.strip()]
+    if not paragraphs:
+        return []
+    return ["Where it differs from the published code:", ""] + [f"- {p}" for p in paragraphs] + [""]
+
+
 def markdown(kinds: list[str]) -> str:
     """A Markdown reference of the registered plugins and every parameter."""
     out = ["# Registered plugins", "",
@@ -96,12 +107,13 @@ def markdown(kinds: list[str]) -> str:
             params = getattr(obj, "params", None) or {}
             if params:
                 defaults = _defaults(obj)
-                out += ["| parameter | default | allowed | tuned over | meaning |", "|---|---|---|---|---|"]
-                for pname, spec in params.items():
-                    tune = f"{spec.tune}" if getattr(spec, "tune", None) else ""
-                    cells = [f"`{pname}`", f"`{defaults.get(pname, '-')!r}`", spec.allowed(), tune, spec.doc]
-                    out.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+                out += markdown_table(
+                    ["parameter", "default", "allowed", "tuned over", "meaning"],
+                    [[f"`{pname}`", f"`{defaults.get(pname, '-')!r}`", spec.allowed(),
+                      f"{spec.tune}" if getattr(spec, "tune", None) else "", spec.doc]
+                     for pname, spec in params.items()])
                 out.append("")
+            out += _differences(obj)
     return "\n".join(out).rstrip() + "\n"
 
 
@@ -130,5 +142,8 @@ def run(args: argparse.Namespace) -> int:
                     default = defaults.get(pname, "-")
                     tune = f"  tune {spec.tune}" if getattr(spec, "tune", None) else ""
                     print(f"      {pname:<20} default {default!r:<14} {spec.allowed()}{tune}  {spec.doc}")
+            notes = getattr(obj, "notes", None) if args.verbose else None
+            for note in notes() if callable(notes) else ():
+                print(f"      {note}")
         print()
     return 0

@@ -1,7 +1,7 @@
 """``adec lm-eval ARGS``: lm-evaluation-harness's command line with the ``adec`` model registered.
 
 lm-eval finds a ``--model`` only in its own registry and (in 0.4.x) has no plugin discovery, so
-this command imports :mod:`experiments.lm_eval_model` (which registers ``adec``) and hands every
+this command imports :mod:`framework.integrations.lm_eval_model` (which registers ``adec``) and hands every
 argument, unchanged, to lm-eval's CLI. Without ``--model`` it adds ``--model adec``.
 """
 
@@ -50,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         from lm_eval.__main__ import cli_evaluate
 
-        import experiments.lm_eval_model  # noqa: F401  (registers the adec model with lm-eval)
+        import framework.integrations.lm_eval_model  # noqa: F401  (registers the adec model with lm-eval)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] == "lm_eval":
             raise CLIError("lm-evaluation-harness is not installed: pip install 'adaptive-decoding[eval]' "

@@ -1,5 +1,5 @@
 """``adec profile``: per-step cost at real shapes (LLaDA's vocabulary, prompt 256, generation 256,
-blocks of 32), ``decode`` beside a bare loop, for every KV-cache mode; see :mod:`experiments.profile`."""
+blocks of 32), ``decode`` beside a bare loop, for every KV-cache mode; see :mod:`framework.profiling`."""
 
 from __future__ import annotations
 
@@ -70,9 +70,9 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from experiments.profile import as_dicts, markdown_table, profile_model, ratios, run_profile
     from framework.cli.errors import CLIError
     from framework.models.hub_loading import resolve_device, resolve_dtype
+    from framework.profiling import as_dicts, markdown_table, profile_model, ratios, run_profile
 
     args.mlp_hidden = args.mlp_hidden or 4 * args.d_model
     for name in ("prompt_length", "gen_length", "block_length", "tokens_per_step", "repeats", "d_model", "layers",

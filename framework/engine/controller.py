@@ -110,6 +110,9 @@ class Controller(Configurable):
     #: (``evaluate``, :func:`framework.engine.reference.reference_tokens`) decode the same prompts,
     #: configuration and seeds with it first; its forwards are not the controller's.
     reference_param: ClassVar[Optional[str]] = None
+    #: where this implementation of a published decoder differs from the published code, and why
+    #: (and defects found in that code); ``adec list --markdown`` prints it under the parameters
+    differences: ClassVar[str] = ""
 
     def reset(self, state: DecodeState) -> None:
         """Called once per decode call, before the first step. Default: validate, no memory."""

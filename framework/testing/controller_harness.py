@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from framework.core.params import Param
-from framework.engine.config import CACHE_MODES, DecodeConfig
+from framework.engine.config import LAYOUT_CACHE_MODES, DecodeConfig
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.denoise import supports_cache
 from framework.engine.features import StepFeatures
@@ -191,9 +191,10 @@ def _cached(model: Any, config: DecodeConfig) -> Any:
     return model
 
 
-def harness_configs(block_length: Optional[int] = None, caches: Sequence[str] = CACHE_MODES) -> list[DecodeConfig]:
-    """Greedy and sampled decoding, under every KV-cache mode (the toys are served through
-    :class:`framework.testing.toys.CachedToy` when a cache is on)."""
+def harness_configs(block_length: Optional[int] = None,
+                    caches: Sequence[str] = LAYOUT_CACHE_MODES["full"]) -> list[DecodeConfig]:
+    """Greedy and sampled decoding, under every KV-cache mode of a full-attention model (the toys are
+    served through :class:`framework.testing.toys.CachedToy` when a cache is on)."""
     return [DecodeConfig(gen_length=G, block_length=block_length, cache=cache, temperature=temperature)
             for cache in caches for temperature in (0.0, 0.8)]
 

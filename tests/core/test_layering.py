@@ -4,7 +4,7 @@ Layers, lowest first; a module may import its own layer and any lower one, never
 and no two modules may import each other, directly or through others (no cycle):
 
     core -> engine -> models, tasks -> training, learning, tuning, jobs -> controllers, scorers
-         -> testing -> experiments -> cli
+         -> testing, integrations, profiling -> experiments -> cli
 
 ``controllers/`` and ``scorers/`` are plugins: they build on the framework's lower layers and the
 registries load them by name, so nothing below them imports them statically.
@@ -25,7 +25,7 @@ LAYERS = {
     "framework.models": 2, "framework.tasks": 2,
     "framework.training": 3, "framework.learning": 3, "framework.tuning": 3, "framework.jobs": 3,
     "controllers": 4, "scorers": 4,
-    "framework.testing": 5,
+    "framework.testing": 5, "framework.integrations": 5, "framework.profiling": 5,
     "experiments": 6,
     "framework.cli": 7,
     "framework": 8,  # the package's __init__: the public API re-exports from every layer

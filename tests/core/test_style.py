@@ -1,8 +1,8 @@
 """The code's size and style rules, checked on the code itself.
 
-* ``ruff check`` with the project's configuration (``[tool.ruff]`` in pyproject.toml: lines of at
-  most 110 characters, pycodestyle errors, pyflakes, import order with ``framework``,
-  ``controllers``, ``scorers`` and ``experiments`` first-party).
+* ``ruff check`` with the project's configuration (``[tool.ruff]`` in pyproject.toml: pycodestyle
+  errors, pyflakes, import order with ``framework``, ``controllers``, ``scorers`` and
+  ``experiments`` first-party; line length is not checked, E501 being ignored).
 * No function or method in the packages longer than :data:`MAX_FUNCTION_LINES` lines (from its
   ``def`` line to its last line, decorators excluded): a long function is split into named steps.
 """

@@ -126,7 +126,7 @@ def test_the_escalating_verifier_lookahead_on_the_device_scores_as_on_cpu():
 
 
 def test_bfloat16_decodes_every_position_with_the_cache():
-    from experiments.profile import profile_model
+    from framework.profiling import profile_model
 
     model = profile_model(vocab_size=VOCAB, d_model=256, n_layers=2, n_heads=4, mlp_hidden=512, device=DEVICE,
                           dtype=torch.bfloat16)
@@ -139,7 +139,7 @@ def test_bfloat16_decodes_every_position_with_the_cache():
 
 
 def test_the_profile_times_and_measures_every_step_on_the_device():
-    from experiments.profile import profile_model, run_profile
+    from framework.profiling import profile_model, run_profile
 
     model = profile_model(vocab_size=VOCAB, d_model=256, n_layers=2, n_heads=4, mlp_hidden=512, device=DEVICE,
                           dtype=torch.bfloat16)

@@ -60,3 +60,22 @@ def test_extending_examples_run_and_conform():
     finally:
         CONTROLLERS._table.pop("entropy_floor", None)
         SCORERS._table.pop("short", None)
+
+
+def test_doc_examples_import_only_the_public_api():
+    """Every Python example of docs/ and the README imports from ``framework`` itself (its ``__all__``),
+    never from a module inside it: the public API is what the docs show."""
+    import re
+
+    import framework
+
+    deep, unknown = [], []
+    for path in sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]:
+        for block in re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S):
+            for line in block.splitlines():
+                if re.match(r"\s*(from|import) (framework|controllers|scorers|experiments)\.", line):
+                    deep.append(f"{path.name}: {line.strip()}")
+                if m := re.match(r"\s*from framework import (.*)", line):
+                    unknown += [f"{path.name}: {n}" for n in re.split(r"[,\s()]+", m.group(1))
+                                if n and n not in framework.__all__]
+    assert deep == [] and unknown == []

@@ -4,7 +4,10 @@ its three targets (gain, ratio, no loss)."""
 from __future__ import annotations
 
 import controllers  # noqa: F401  (registers wino / remdm)
-from experiments.against_base import base_of, compare, compare_markdown, compare_summary
+from experiments.compare import against_base, against_base_markdown, against_base_summary, base_of
+from tests.experiments.test_matched import TARGETS
+
+BASE = TARGETS.against_base
 
 
 def row(curve, strategy, acc, nfe, controller="margin_topk", lookahead=None, g=81):
@@ -35,7 +38,7 @@ def test_points_are_matched_without_interpolation_and_targets_judged():
             row("wino", "w (0.9)", 0.20, 4.5, "wino"),  # 15 points below f (0.9) at NFE ≤ 4.5
             row("fast_dllm + eos_fill", "f+e", 0.99, 3.0,
                 "fast_dllm")]  # neither lookahead nor revocable: left out
-    out = compare(rows, aups={"wino": 700.0, "fast_dllm": 650.0})
+    out = against_base(rows, aups={"wino": 700.0, "fast_dllm": 650.0}, targets=BASE)
     by = {q["variant"]: q for q in out["points"]}
     assert set(by) == {"m+la (0.9)", "m+la (0.7)", "w (0.99)", "w (0.9)"}
     assert by["m+la (0.9)"]["base_at_nfe"] == "m (0.9)" and abs(by["m+la (0.9)"]["delta_points"] - 7.0) < 1e-9
@@ -46,14 +49,14 @@ def test_points_are_matched_without_interpolation_and_targets_judged():
     assert t["gain"]["met"] and set(t["gain"]["by"]) == {"m+la (0.9)", "w (0.99)"}
     assert t["lookahead_no_loss"]["met"] and t["lookahead_no_loss"]["checked"] == 2
     assert t["wino_over_fast_dllm"]["met"] and t["wino_over_fast_dllm"]["by"] == ["wino"]
-    md = "\n".join(compare_markdown("sudoku9", out))
+    md = "\n".join(against_base_markdown("sudoku9", out, BASE))
     assert "+7.0" in md and "1.25" in md and md.count("✓") == 3
     # a lookahead point 2 points below its base at equal NFE fails the second target
     rows.append(row("margin_topk + lookahead", "m+la (0.99)", 0.68, 25.0, lookahead=la))
-    worse = compare(rows, aups={"wino": 600.0, "fast_dllm": 650.0})
+    worse = against_base(rows, aups={"wino": 600.0, "fast_dllm": 650.0}, targets=BASE)
     assert not worse["targets"]["lookahead_no_loss"]["met"] and worse["targets"]["lookahead_no_loss"]["by"] == ["m+la (0.99)"]
     assert not worse["targets"]["wino_over_fast_dllm"]["met"]
-    line = compare_summary({"a": {"against_base": worse}, "b": {"against_base": {"points": []}}})
+    line = against_base_summary({"a": {"against_base": worse}, "b": {"against_base": {"points": []}}}, [BASE])
     assert "a gain on 1 of 1 task(s): a" in line and "below its base at equal NFE on 1: a" in line
 
 
@@ -72,7 +75,7 @@ def test_a_verified_wrapper_is_compared_with_its_own_drafter():
                     sweep={"inner_params.threshold": t}) for t, a, n in [(0.9, 0.55, 8.5)]]
     orphan = [dict(row("verified other", "v2", 0.5, 9.0, "verified"),
                    params={"inner": "learned", "inner_params": {"policy": "r.pt", "threshold": 0.9}})]
-    out = compare(learned + other + fast + wrapped + orphan)
+    out = against_base(learned + other + fast + wrapped + orphan)
     by = {q["variant"]: q for q in out["points"]}
     assert set(by) == {"v (0.9)"}  # its own drafter's curve; none for a drafter the task did not run
     assert by["v (0.9)"]["base"] == "learned" and by["v (0.9)"]["base_at_nfe"] == "l (0.9)"
@@ -80,8 +83,8 @@ def test_a_verified_wrapper_is_compared_with_its_own_drafter():
 
 
 def test_a_task_without_variants_has_no_section():
-    out = compare([row("margin_topk", "m", 0.7, 10.0)])
-    assert out["points"] == [] and compare_markdown("t", out) == []
+    out = against_base([row("margin_topk", "m", 0.7, 10.0)])
+    assert out["points"] == [] and against_base_markdown("t", out) == []
 
 
 def test_the_forwards_ratio_is_not_fooled_by_a_ragged_nfe():
@@ -91,10 +94,10 @@ def test_the_forwards_ratio_is_not_fooled_by_a_ragged_nfe():
     lazy = dict(row("margin_topk + lookahead", "lazy (0.95)", 0.72, 16.0, lookahead=la),
                 tpf=(81 / 2 + 81 / 30) / 2)
     rows = [row("margin_topk", "m (0.99)", 0.73, 18.0), row("margin_topk", "m (0.98)", 0.70, 15.0), lazy]
-    out = compare(rows)
+    out = against_base(rows, targets=BASE)
     q = out["points"][0]
     assert q["base_at_acc"] == "m (0.99)" and abs(q["tpf_ratio"] - lazy["tpf"] / 4.5) < 1e-9
     assert abs(q["nfe_ratio"] - 18.0 / 16.0) < 1e-9
-    md = "\n".join(compare_markdown("sudoku9", out))
+    md = "\n".join(against_base_markdown("sudoku9", out, BASE))
     assert "forwards ratio" in md and "| 4.80 | 1.12 |" in md
     assert not out["targets"]["gain"]["met"]  # +2 at equal NFE; 4.8x per sample, 1.125x in forwards

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from experiments.against_best import against_best, against_best_markdown
+from experiments.compare import against_best, against_best_markdown
 from experiments.report import write_report
 from tests.experiments.test_matched import make_run, row
 

@@ -324,7 +324,10 @@ def test_runs_end_to_end_resumes_after_a_kill_and_never_recomputes(tmp_path, mon
         assert len(samples) == row["n"] == 8
         assert row["accuracy"] == pytest.approx(sum(s["correct"] for s in samples) / len(samples))
         assert row["nfe"] == pytest.approx(sum(s["nfe"] for s in samples) / len(samples))
-        assert row["tpf"] == pytest.approx(sum(addition_g() / s["nfe"] for s in samples) / len(samples))
+        # tokens per forward pooled: the answers' tokens (to the first end-of-text) over the forwards
+        assert all(1 <= s["answer_tokens"] <= addition_g() for s in samples)
+        assert row["tpf"] == pytest.approx(sum(s["answer_tokens"] for s in samples) / sum(s["nfe"] for s in samples))
+        assert row["tpf_mean"] == pytest.approx(sum(s["answer_tokens"] / s["nfe"] for s in samples) / len(samples))
         assert row["metrics"]["exact_match"] == pytest.approx(
             sum(s["metrics"]["exact_match"] for s in samples) / len(samples))
     seq, fast = res.rows

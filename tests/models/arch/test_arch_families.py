@@ -12,8 +12,16 @@ import pytest
 import torch
 
 from framework.models.arch import (
-    CheckpointFormatError, FastDLLMv2Model, KVCache, LLaDAMoEModel, SDARModel, UnsupportedArchitectureError,
-    block_columns, detect_architecture, load_architecture)
+    CheckpointFormatError,
+    FastDLLMv2Model,
+    KVCache,
+    LLaDAMoEModel,
+    SDARModel,
+    UnsupportedArchitectureError,
+    block_columns,
+    detect_architecture,
+    load_architecture,
+)
 from framework.models.arch.variants import MoEFeedForward
 
 ATOL = 1e-4

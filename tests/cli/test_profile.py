@@ -1,4 +1,4 @@
-"""``adec profile`` (experiments/profile.py): the bare loop it compares against decodes exactly what
+"""``adec profile`` (framework/profiling.py): the bare loop it compares against decodes exactly what
 ``decode`` does with LLaDA's rule, so the timing comparison is like for like; the command prints
 the table and the ratios, and refuses bad sizes. (Times are measured by the command, never here.)"""
 
@@ -9,9 +9,9 @@ import json
 import pytest
 import torch
 
-from experiments.profile import bare_loop, profile_model, ratios, run_profile
 from framework import DecodeConfig, build_controller, decode
 from framework.cli.main import main
+from framework.profiling import bare_loop, profile_model, ratios, run_profile
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_run_profile_rows_and_ratios(model):
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
 def test_the_verify_loop_pays_no_extra_forward_and_decodes_the_same(model, cache):
     # LLaDA's rule that asks for WINO's verification: the shadow block rides in each step's forward
-    from experiments.profile import _Verifying
+    from framework.profiling import _Verifying
 
     prompts = torch.randint(0, 500, (2, 12), generator=torch.Generator().manual_seed(2)).tolist()
     config = DecodeConfig(gen_length=16, block_length=8, cache=cache)
@@ -95,7 +95,7 @@ def test_cli_refuses_a_bad_cache_mode(capsys):
 
 @pytest.mark.parametrize("cache", ["none", "dual"])
 def test_memory_is_measured_per_step(model, cache):
-    from experiments.profile import _measure
+    from framework.profiling import _measure
 
     prompts = [[5, 6, 7, 8]]
     config = DecodeConfig(gen_length=16, block_length=8, cache=cache)

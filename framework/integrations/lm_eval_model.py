@@ -14,7 +14,7 @@ importing it. ``--model_args`` takes, comma separated:
   validated with the errors ``adec decode --set`` gives; a built-in tiny model brings its task's
   ``gen_length`` and ``block_length`` as defaults, as in the CLI;
 * ``mc_num`` (default 128), ``cfg`` (default 0) and ``check_greedy`` (default false): LLaDA's
-  Monte-Carlo log-likelihood (:mod:`experiments.mc_likelihood`).
+  Monte-Carlo log-likelihood (:mod:`framework.integrations.mc_likelihood`).
 
 ``generate_until`` decodes ``batch_size`` prompts per :func:`framework.engine.loop.decode` call
 (per-sample seeds, so the batching never changes a text) and cuts each text before the first of the
@@ -32,7 +32,6 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from experiments.mc_likelihood import MCRequest, greedy_matches, mc_loglikelihoods
 from framework.core.measure import answer_length_before_stop, tokens_per_forward
 from framework.core.params import Configurable, Param, ParameterError
 from framework.core.rng import stable_seed
@@ -41,6 +40,7 @@ from framework.engine.controller_io import build_controller, split_settings
 from framework.engine.denoise import check_cache_support
 from framework.engine.evaluate import item_seeds
 from framework.engine.loop import decode, model_device
+from framework.integrations.mc_likelihood import MCRequest, greedy_matches, mc_loglikelihoods
 
 DTYPES = ("auto", "float32", "bfloat16", "float16")  # = framework.models.hub_loading.DTYPES
 #: lm-eval generation kwargs that are honoured (``until``) or only restate greedy decoding: never warned about

@@ -1,4 +1,4 @@
-"""The ``adec`` model of lm-evaluation-harness (experiments/lm_eval_model.py), end to end and offline.
+"""The ``adec`` model of lm-evaluation-harness (framework/integrations/lm_eval_model.py), end to end and offline.
 
 Two local tasks (tests/fixtures/lm_eval: a generate_until task scored by exact_match and a multiple-
 choice task scored by loglikelihood, each over a jsonl file) run through ``lm_eval.simple_evaluate``
@@ -21,8 +21,6 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # read when datasets is impor
 
 lm_eval = pytest.importorskip("lm_eval")
 
-from experiments.lm_eval_model import AdecLM, cut_at_stops  # noqa: E402
-from experiments.mc_likelihood import MCRequest, mc_loglikelihoods  # noqa: E402
 from framework.core.params import ParameterError  # noqa: E402
 from framework.core.registry import UnknownNameError  # noqa: E402
 from framework.core.rng import stable_seed  # noqa: E402
@@ -30,6 +28,8 @@ from framework.engine.config import DecodeConfig  # noqa: E402
 from framework.engine.controller_io import build_controller  # noqa: E402
 from framework.engine.evaluate import item_seeds  # noqa: E402
 from framework.engine.loop import decode  # noqa: E402
+from framework.integrations.lm_eval_model import AdecLM, cut_at_stops  # noqa: E402
+from framework.integrations.mc_likelihood import MCRequest, mc_loglikelihoods  # noqa: E402
 from framework.models.protocol import LoadedModel  # noqa: E402
 from framework.testing.toys import CharTokenizer  # noqa: E402
 
