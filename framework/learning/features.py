@@ -46,7 +46,7 @@ DEPENDENCE_FEATURES: tuple[str, ...] = (
     "right_confidence",    # the same for i + 1
     "left_uncertain",      # i − 1 is eligible with confidence < UNCERTAIN
     "right_uncertain",     # i + 1 likewise
-    "nearest_uncertain_distance",    # |i − j| / W to the nearest other uncertain j of the window, 1 if none
+    "nearest_uncertain_distance",    # |i − j| / (the row's block length) to the nearest other uncertain j, 1 if none
     "nearest_uncertain_confidence",  # that j's confidence, 0 if none
     "nearest_uncertain_gap",         # p(x0_i) − that confidence, 0 if none
     "nearest_uncertain_leads",       # 1 if p(x0_i) > that confidence or there is none, 0.5 on a tie, else 0
@@ -133,7 +133,7 @@ def dependence_columns(f: StepFeatures) -> list[torch.Tensor]:
     other = unc[:, None, :] & ~torch.eye(pos.shape[1], dtype=torch.bool, device=pos.device)[None]
     dist = torch.where(other, dist, torch.full_like(dist, float("inf")))
     nearest, j = dist.min(2)
-    width = float(max(1, pos.shape[1]))
+    width = (f.block_end - f.block_start).clamp(min=1).float()[:, None]  # the row's own block, not the padded W
     found = torch.isfinite(nearest)
     near_dist = torch.where(found, nearest / width, torch.ones_like(nearest))
     near_conf = torch.where(found, conf.gather(1, j), torch.zeros_like(nearest))

@@ -42,6 +42,10 @@ The checks (:func:`controller_checks` yields them in this order), all on small t
                           with ``remask_budget=2, remask_per_position=1`` a sample re-masks at most
                           2 tokens, ends within ``gen_length + 2`` steps with nothing masked; a
                           controller that does not declare ``revocable`` re-masks nothing.
+``block_causal_canvas``   on a block-causal toy (blocks of 3 aligned from position 0, so the prompts'
+                          last partial blocks are shared): a ragged batch equals single runs, no step
+                          is forced, nothing stays masked, and the exact block cache decodes exactly
+                          as no cache (tokens and NFE), greedy and sampled.
 ``shadow_verification``   a controller that declares ``verifies``, on a 2-layer tiny transformer with
                           WINO's shadow block under every cache mode: one forward a step (NFE =
                           steps), a ragged batch equals single runs, decoding finishes.
@@ -394,6 +398,34 @@ def check_shadow_verification(cls_or_name: Any) -> None:
                       f"as row {i} of a batch {describe_row(batch, i)}")
 
 
+def check_block_causal_canvas(cls_or_name: Any) -> None:
+    """On a block-causal canvas: batch invariance, progress, and ``cache='block'`` equal to ``'none'``."""
+    from framework.testing.toys import BlockCausalToy
+
+    cls = resolve_controller(cls_or_name)
+    model = BlockCausalToy(context_toy(), block_size=3)
+    for temperature in (0.0, 0.8):
+        runs = {}
+        for cache in ("none", "block"):
+            config = DecodeConfig(gen_length=G, cache=cache, temperature=temperature)
+            batch, spy = run_recorded(make_controller(cls), model, PROMPTS, config, SEEDS)
+            if spy.problems["progress"] or int(batch.forced.sum()) or (batch.generated == model.mask_token_id).any():
+                fail_check(f"on a block-causal canvas with {config!r}: forced={batch.forced.tolist()}, output "
+                           f"{batch.generated.tolist()}; " + "; ".join(spy.problems["progress"]))
+            for i, (prompt, seed) in enumerate(zip(PROMPTS, SEEDS)):
+                single, _ = run_recorded(make_controller(cls), model, [prompt], config, [seed])
+                if not same_row(batch, i, single, 0):
+                    fail_check(f"on a block-causal canvas with {config!r}, prompt {list(prompt)} alone gives "
+                               f"{describe_row(single, 0)} but {describe_row(batch, i)} as row {i} of a batch")
+            runs[cache] = batch
+        if not (torch.equal(runs["none"].generated, runs["block"].generated)
+                and torch.equal(runs["none"].nfe, runs["block"].nfe)):
+            fail_check(f"on a block-causal canvas at temperature {temperature}, cache='block' decodes "
+                       f"{runs['block'].generated.tolist()} (nfe {runs['block'].nfe.tolist()}) but cache='none' "
+                       f"{runs['none'].generated.tolist()} (nfe {runs['none'].nfe.tolist()}); the cache of "
+                       f"completed blocks is exact")
+
+
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("params_declared", check_params_declared),
     ("param_validation", check_param_validation),
@@ -407,6 +439,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("decided_positions", check_decided_positions),
     ("semi_ar_blocks", check_semi_ar_blocks),
     ("revocable_bounds", check_revocable_bounds),
+    ("block_causal_canvas", check_block_causal_canvas),
     ("shadow_verification", check_shadow_verification),
 )
 
