@@ -236,6 +236,29 @@ def test_bench_refuses_a_task_block_length_the_model_was_not_trained_with(l2, no
     assert not out.exists()
 
 
+@pytest.mark.parametrize("command", ["run", "tune", "train-controller"])
+def test_run_tune_and_train_controller_refuse_a_block_length_before_any_forward(l2, no_forward, tmp_path, capsys,
+                                                                                command):
+    """A task block length the model was not trained with fails each task workflow with the message that
+    names it and the model's block size, before the model runs once."""
+    params = {**l2["params"], "block_length": 8}
+    if command == "run":
+        exp = tmp_path / "bad.yaml"
+        exp.write_text(yaml.safe_dump({"name": "bad", "model": l2["folder"], "device": "cpu", "n": 2, "seeds": [0],
+                                       "tasks": [{"name": "data", "params": params}],
+                                       "strategies": [{"controller": "llada2"}]}))
+        argv = ["run", str(exp), "--out", str(tmp_path / "runs"), "--wandb", "disabled", "--no-progress"]
+    else:
+        argv = [command, "--task", "data", "--model", l2["folder"], "--device", "cpu",
+                *[f"--task-param={k}={v}" for k, v in params.items()], "--out", str(tmp_path / "out")]
+        argv += (["--controller", "llada2", "--n-trials", "2", "--n-val", "2", "--n-test", "2", "--no-plot"]
+                 if command == "tune" else
+                 ["--policy", "logreg", "--n-train", "4", "--n-val", "2", "--n-test", "2", "--wandb", "disabled"])
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"adec {command}: error: block_length=8 is not the block size" in err and "allowed: 4 (or null" in err
+
+
 # -------------------------------------------------------------------------------- adec run, adec report
 def test_run_sweeps_llada2_and_reports_its_aup(l2, tmp_path):
     """``adec run``: the one-token-per-step strategy, LLaDA2.0's rule swept over its threshold, and
