@@ -29,6 +29,7 @@ from framework.cli.options import (
     resolve_decoding,
 )
 from framework.core.params import parse_assignments
+from framework.engine.layout import config_for_model
 from framework.engine.controller_io import build_controller
 from framework.jobs.errors import JobInputError, OutputFileError
 from framework.jobs.plan import check_items, check_job_options
@@ -317,6 +318,7 @@ def run(args: argparse.Namespace) -> int:
     if source.task is not None:
         options["task"] = source.task
     loaded = load_model_for(args.model, device, **options)
+    config_for_model(setup.config, loaded.denoiser)  # a block length or cache the model has no meaning for: refused now
 
     previous = None
     try:  # SIGTERM (batch schedulers, `kill`) stops like Ctrl-C: flushed rows, resumable

@@ -156,7 +156,8 @@ class DecodeConfig(Configurable):
                 raise ParameterError(
                     f"block_length={bl} does not divide gen_length={self.gen_length}; "
                     f"allowed: a divisor of {self.gen_length} "
-                    f"({', '.join(str(d) for d in _divisors(self.gen_length))})"
+                    f"({', '.join(str(d) for d in _divisors(self.gen_length))}); on a block-causal model "
+                    f"(LLaDA2.x, SDAR, Fast-dLLM v2) leave block_length unset: its trained block size is used"
                 )
 
     @property

@@ -39,6 +39,7 @@ from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller, split_settings
 from framework.engine.denoise import check_cache_support
 from framework.engine.evaluate import item_seeds
+from framework.engine.layout import config_for_model
 from framework.engine.loop import decode, model_device
 from framework.integrations.mc_likelihood import MCRequest, greedy_matches, mc_loglikelihoods
 
@@ -136,6 +137,7 @@ class AdecLM(LM):
                 defaults.pop("block_length")
         self.config = DecodeConfig.build(**{**defaults, **cfg_kw})
         check_cache_support(self.loaded.denoiser, self.config.cache)
+        config_for_model(self.config, self.loaded.denoiser)  # block-causal models: their block size, their caches
         self._device = model_device(self.loaded.denoiser)
         self._templated = False  # set once lm-eval applied the chat template itself (--apply_chat_template)
         self._warned: set[str] = set()

