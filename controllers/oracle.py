@@ -21,6 +21,7 @@ which is the cost *if* the final tokens were known. At ``reset`` the reference i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 import torch
@@ -94,13 +95,15 @@ class Oracle(Controller):
 
 @torch.no_grad()
 def oracle_decode(model: Any, prompts: Sequence[Sequence[int]], config: Any, seeds: Any = None,
-                  reference: str = "sequential") -> tuple[Any, Any]:
-    """Decode ``prompts`` with ``reference`` and then with the oracle; returns (oracle, reference)
+                  reference: str = "sequential", context: Optional[DecodeContext] = None) -> tuple[Any, Any]:
+    """Decode ``prompts`` with ``reference`` and then with the oracle, both with ``context`` (the
+    batch's :meth:`DecodeContext.for_batch`); returns (oracle, reference)
     :class:`~framework.engine.loop.DecodeResult` s. ``trace`` info ``forced`` counts forced steps."""
-    ref = decode(model, prompts, build_controller(reference), config, seeds=seeds)
+    context = context or DecodeContext()
+    ref = decode(model, prompts, build_controller(reference), config, seeds=seeds, context=context)
     oracle = build_controller("oracle", reference=reference)
     out = decode(model, prompts, oracle, config, seeds=seeds, trace=True,
-                 context=DecodeContext(reference_tokens=ref.generated))
+                 context=replace(context, reference_tokens=ref.generated))
     return out, ref
 
 
@@ -120,7 +123,8 @@ def evaluate_oracle(loaded: Any, task: Any, config: Any, *, split: str = "test",
         chunk = examples[start : start + batch_size]
         prompts = [tok.encode(ex.prompt) for ex in chunk]
         out, ref = oracle_decode(loaded.denoiser, prompts, config,
-                                 seeds=item_seeds([ex.id for ex in chunk], config.seed), reference=reference)
+                                 seeds=item_seeds([ex.id for ex in chunk], config.seed), reference=reference,
+                                 context=DecodeContext.for_batch(tok, chunk, task=task, gen_length=G))
         seconds += out.total_seconds
         per_row = torch.zeros(len(chunk), dtype=torch.long)
         for rec in out.trace:
