@@ -116,9 +116,9 @@ def test_tune_objective_scores_as_decode_with_the_full_context(case: tuple, expe
     from framework.tuning.objective import score_examples
 
     loaded, task, examples, ctrl, cfg = setup(case)
-    scores, nfe = score_examples(loaded, task, ctrl, cfg, examples, batch_size=5)
-    assert nfe == [expected[ex.id][1] for ex in examples]
-    assert scores == [float(task.score(ex, expected[ex.id][0])) for ex in examples]
+    scored = score_examples(loaded, task, ctrl, cfg, examples, batch_size=5)
+    assert scored.nfe == [expected[ex.id][1] for ex in examples]
+    assert scored.correct == [float(task.score(ex, expected[ex.id][0])) for ex in examples]
 
 
 def test_generate_job_decides_as_decode_with_the_full_context(case: tuple, expected: dict, tmp_path: Any) -> None:
