@@ -14,11 +14,13 @@ Two kinds of denoiser follow the protocol (:mod:`framework.models.protocol`):
 :class:`CacheSession` is the loop's cache policy, with Fast-dLLM's semantics: a row's first step
 in a block (and every ``cache_refresh`` steps, if set) is a full forward that refreshes the cache
 and serves that step; ``prefix`` then queries the block and everything after it, ``dual`` the
-block only. Controllers never see any of it; every forward is one NFE for each row it serves.
+block only. Controllers never see any of it; every forward is one NFE for each row it serves. The
+session counts nothing: each call says which rows it refreshed (:class:`Served`), and the step counts.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -61,6 +63,17 @@ def suppress_mask_logit(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logits
 
 
+@dataclass
+class Served:
+    """What one :meth:`CacheSession.serve` call gave for its rows ``[b]``: the window logits ``[b, W, V]``,
+    the shadow logits (``None`` unless asked for) and ``refreshed`` (bool ``[b]``): the rows whose forward
+    was a full one that refreshed the cache. Every row served is one forward, refreshed or not."""
+
+    logits: torch.Tensor
+    shadow: Optional[torch.Tensor]
+    refreshed: torch.Tensor
+
+
 class CacheSession:
     """The KV cache of one decode call and when to refresh it (per row).
 
@@ -77,32 +90,22 @@ class CacheSession:
         self.cache: Any = None
         self.cached_block = torch.full((batch,), -1, dtype=torch.long, device=device)
         self.since = torch.zeros(batch, dtype=torch.long, device=device)
-        self.refreshes = torch.zeros(batch, dtype=torch.long, device=device)
 
-    def logits(
+    def serve(
         self, x: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, out_cols: torch.Tensor,
-        out_valid: torch.Tensor, block_index: torch.Tensor, lengths: torch.Tensor,
-    ) -> torch.Tensor:
+        out_valid: torch.Tensor, block_index: torch.Tensor, lengths: torch.Tensor, shadow: bool = False,
+    ) -> Served:
         """Window logits ``[b, W, V]`` for the batch rows ``rows`` (``x``, ``attn`` are the full
         batch; ``out_cols`` / ``out_valid`` (the window's canvas columns and which are real),
-        ``block_index`` and ``lengths`` (real tokens per row) are per row of ``rows``). Every row
-        served here costs one forward (one NFE, counted by the loop)."""
-        return self._serve(x, attn, rows, out_cols, out_valid, block_index, lengths, shadow=False)[0]
-
-    def logits_and_shadow(
-        self, x: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, out_cols: torch.Tensor,
-        out_valid: torch.Tensor, block_index: torch.Tensor, lengths: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`logits` and, from the same forward, WINO's shadow logits ``[b, W, V]`` (each
-        window column predicted with that column hidden; :func:`supports_shadow` models only)."""
-        logits, shadow = self._serve(x, attn, rows, out_cols, out_valid, block_index, lengths, shadow=True)
-        return logits, shadow  # type: ignore[return-value]
-
-    def _serve(self, x, attn, rows, out_cols, out_valid, block_index, lengths, shadow: bool):
+        ``block_index`` and ``lengths`` (real tokens per row) are per row of ``rows``); with ``shadow``
+        also, from the same forward, WINO's shadow logits ``[b, W, V]`` (each window column predicted
+        with that column hidden; :func:`supports_shadow` models only). Every row served here costs
+        one forward (one NFE, counted by the caller); ``refreshed`` says which were refreshes."""
+        none = torch.zeros(rows.numel(), dtype=torch.bool, device=rows.device)
         if self.mode == "none":
             if shadow:
-                return self.model.shadow_logits(x[rows], attn[rows], out_cols)
-            return window_logits(self.model, x[rows], attn[rows], out_cols), None
+                return Served(*self.model.shadow_logits(x[rows], attn[rows], out_cols), refreshed=none)
+            return Served(window_logits(self.model, x[rows], attn[rows], out_cols), None, refreshed=none)
         due = self.cached_block[rows] != block_index
         if self.refresh is not None:
             due |= self.since[rows] >= self.refresh
@@ -128,7 +131,7 @@ class CacheSession:
                     out[i] = lg.new_empty((rows.numel(), *lg.shape[1:]))
                 out[i][pick] = lg  # type: ignore[index]
         self.since[rows] += 1
-        return out[0], out[1]
+        return Served(out[0], out[1], refreshed=due)  # type: ignore[arg-type]
 
     def _refresh(self, x, attn, rows, out_cols, block_index, shadow: bool = False):
         sh = None
@@ -148,7 +151,6 @@ class CacheSession:
                 self.cache.update_rows(rows, cache)
         self.cached_block[rows] = block_index
         self.since[rows] = 0
-        self.refreshes[rows] += 1
         return logits, sh
 
     def _full(self, cache: Any, rows: torch.Tensor) -> Any:
