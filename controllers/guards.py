@@ -10,14 +10,18 @@
   - ``rule=digits``: a generation position whose token (decided, from ``state.context.canvas``)
     or prediction x0 (masked) is a digit token; digit tokens are ``digit_ids``, else every id of
     ``state.context.tokenizer`` whose text matches ``token_regex``;
-  - ``rule=meta``: the positions the task marks, ``state.context.span_mask`` bool ``[B, G]``;
+  - ``rule=meta``: the positions the task marks (``Task.span_mask``), ``state.context.span_mask`` bool ``[B, G]``;
   - ``rule=both``: either.
+
+  A call whose context lacks what the rule reads (no tokenizer and no ``digit_ids``; no ``span_mask``)
+  fails with :class:`~framework.engine.context.MissingContextError`.
 
 * ``compliance_entropy``: compliance penalties enter the entropy the wrapped controller sees,
   ``H'_i = H_i + λ·π_i``, π_i = 1 where position i lies inside a violation (a banned phrase or a
   miscopied number, :class:`scorers.compliance.Compliance`) of the row's predicted text (decided
   tokens, x0 at masked positions). With ``entropy_topk`` inside, a position about to write "the
-  cheapest" keeps more candidates and is not committed, so the lookahead can branch there.
+  cheapest" keeps more candidates and is not committed, so the lookahead can branch there. It needs
+  the tokenizer in the decode context (and the metas with ``numbers='meta'``); without, it fails.
 
 Both wrap a controller given as ``inner`` (a name, ``tuned:PATH`` or ``{name, params}``) and
 ``inner_params`` (more of its params; :class:`controllers.nesting.Wrapper`) and pass through its
@@ -28,7 +32,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-import warnings
 from typing import Any, Mapping, Optional
 
 import torch
@@ -117,31 +120,34 @@ class NumberGuard(Wrapper):
                                 "rule='meta' marks spans from state.context.span_mask only")
 
     def reset(self, state: DecodeState) -> None:
+        """Find the digit tokens (``rule`` digits/both) and check that the context holds what the rule
+        reads: a tokenizer where ``digit_ids`` is not given, the task's ``span_mask`` for ``rule`` meta/both."""
         super().reset(state)
         self._digits: Optional[torch.Tensor] = None
+        if self.rule in ("meta", "both"):
+            state.context.require("number_guard", "span_mask",
+                                  f"rule={self.rule!r} marks the spans the task gives; a task marks them with "
+                                  f"Task.span_mask, and this call's task marks none")
         if self.rule != "meta":
             ids = list(self.digit_ids) if self.digit_ids is not None else None
-            tok = state.context.tokenizer
-            if ids is None and tok is not None:
-                ids = _tokenizer_ids(tok, self.token_regex)
             if ids is None:
-                warnings.warn("number_guard: no digit_ids and no tokenizer in decode(context=...); "
-                              "rule 'digits' marks no positions", UserWarning, stacklevel=2)
-            else:
-                self._digits = torch.as_tensor(sorted(set(ids)), dtype=torch.long, device=state.seeds.device)
+                tok = state.context.require("number_guard", "tokenizer",
+                                            f"rule={self.rule!r} finds digit tokens through it; or give digit_ids")
+                ids = _tokenizer_ids(tok, self.token_regex)
+            self._digits = torch.as_tensor(sorted(set(ids)), dtype=torch.long, device=state.seeds.device)
 
     def number_positions(self, f: StepFeatures, state: DecodeState) -> torch.Tensor:
         """Bool ``[B, L]``: generation positions inside a number (or a marked span)."""
         g = state.config.gen_length
         in_gen = (f.position >= 0) & (f.position < g)
         marked = torch.zeros_like(f.eligible)
-        digits = getattr(self, "_digits", None)
-        if self.rule in ("digits", "both") and digits is not None and digits.numel():
+        digits = self._digits
+        if self.rule in ("digits", "both") and digits.numel():
             canvas = state.context.canvas
             tok = f.x0 if canvas is None or canvas.shape != f.x0.shape else torch.where(f.masked, f.x0, canvas)
             marked |= torch.isin(tok, digits.to(tok.device)) & in_gen
         span = state.context.span_mask
-        if self.rule in ("meta", "both") and isinstance(span, torch.Tensor):
+        if self.rule in ("meta", "both"):
             idx = f.position.clamp(0, max(0, span.shape[1] - 1))
             marked |= span.to(f.eligible.device).bool().gather(1, idx) & in_gen & (f.position < span.shape[1])
         return marked
@@ -197,12 +203,18 @@ class ComplianceEntropy(Wrapper):
         except ParameterError as exc:
             raise ParameterError(f"compliance_entropy.compliance: {exc}") from None
 
+    def reset(self, state: DecodeState) -> None:
+        """Check that the context holds what the penalty reads: the tokenizer (the predicted text), and
+        the task's metas where the compliance scorer copies numbers from ``meta``."""
+        super().reset(state)
+        state.context.require("compliance_entropy", "tokenizer", "it reads the predicted text")
+        if getattr(self._scorer, "numbers", None) == "meta":
+            state.context.require("compliance_entropy", "meta", "compliance numbers='meta' reads copy_numbers")
+
     def penalty(self, f: StepFeatures, state: DecodeState) -> torch.Tensor:
         """π ``[B, L]``: 1 at generation positions inside a violation of the predicted text."""
         tok = state.context.tokenizer
         pen = torch.zeros_like(f.entropy)
-        if tok is None:
-            return pen
         g = state.config.gen_length
         canvas = state.context.canvas
         ids = f.x0 if canvas is None or canvas.shape != f.x0.shape else torch.where(f.masked, f.x0, canvas)

@@ -10,9 +10,8 @@ Where y* comes from: the caller. The oracle declares ``reference_param = "refere
 (:attr:`~framework.engine.controller.Controller.reference_param`), so a caller decodes the same
 prompts, configuration and seeds with the reference controller first and passes its generation as
 ``DecodeContext.reference_tokens`` (long ``[B, G]``): ``evaluate`` does,
-:func:`framework.engine.reference.decode_with_reference` does, :func:`oracle_decode` does both steps
-and returns both results, and :func:`evaluate_oracle` runs it over a task split, returning an
-:class:`~framework.engine.evaluate.EvalResult` like ``evaluate``. Tokens bound with
+:func:`framework.engine.reference.decode_with_reference` does, and :func:`oracle_decode` does both
+steps and returns both results; over a task split it is ``evaluate`` like any controller. Tokens bound with
 :meth:`Oracle.bind_reference` serve when the context has none. Without either, ``reset`` fails with
 :class:`MissingReferenceError`. The reference's forward passes are not counted in the oracle's NFE,
 which is the cost *if* the final tokens were known. At ``reset`` the reference is copied into
@@ -21,6 +20,7 @@ which is the cost *if* the final tokens were known. At ``reset`` the reference i
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Optional, Sequence
 
 import torch
@@ -94,11 +94,13 @@ class Oracle(Controller):
 
 @torch.no_grad()
 def oracle_decode(model: Any, prompts: Sequence[Sequence[int]], config: Any, seeds: Any = None,
-                  reference: str = "sequential") -> tuple[Any, Any]:
-    """Decode ``prompts`` with ``reference`` and then with the oracle; returns (oracle, reference)
+                  reference: str = "sequential", context: Optional[DecodeContext] = None) -> tuple[Any, Any]:
+    """Decode ``prompts`` with ``reference`` and then with the oracle, both with ``context`` (the
+    batch's :meth:`DecodeContext.for_batch`); returns (oracle, reference)
     :class:`~framework.engine.loop.DecodeResult` s. ``trace`` info ``forced`` counts forced steps."""
-    ref = decode(model, prompts, build_controller(reference), config, seeds=seeds)
+    context = context or DecodeContext()
+    ref = decode(model, prompts, build_controller(reference), config, seeds=seeds, context=context)
     oracle = build_controller("oracle", reference=reference)
     out = decode(model, prompts, oracle, config, seeds=seeds, trace=True,
-                 context=DecodeContext(reference_tokens=ref.generated))
+                 context=replace(context, reference_tokens=ref.generated))
     return out, ref

@@ -6,6 +6,9 @@ that is no sweep is a single marker coloured by its kind. The one-token-per-step
 black square with a dotted horizontal line at its quality, the oracle a red star with a dotted
 vertical line at its tokens per forward (the most parallel decode that reproduces the reference).
 The Pareto front (most tokens per forward for a quality, the oracle left out) is a dashed grey step.
+A single point carries a number, and a numbered key beside the plot names it: where points cluster
+(several decoders at 4–7 tokens per forward), the numbers of nearby points are stacked apart
+(:func:`label_offsets`) instead of printing their names over each other.
 """
 
 from __future__ import annotations
@@ -57,6 +60,29 @@ def curves_of(rows: Sequence[dict]) -> "OrderedDict[str, list[dict]]":
     return out
 
 
+def label_offsets(points: Sequence[tuple[float, float]], xspan: float, yspan: float,
+                  step: int = 7) -> list[tuple[int, int]]:
+    """Text offsets (in points) for the labels of ``points``: a point within 3 % of the axes' spans of
+    earlier ones has its label moved up by ``step`` points for each of them, so the labels of a
+    cluster stack instead of overlapping."""
+    out: list[tuple[int, int]] = []
+    for i, (x, y) in enumerate(points):
+        near = sum(1 for (u, v) in points[:i] if abs(u - x) <= 0.03 * xspan and abs(v - y) <= 0.03 * yspan)
+        out.append((3, 3 + step * near))
+    return out
+
+
+def _number_singles(ax, singles: list[dict]) -> list[str]:
+    """Number the single points on ``ax`` (stacked where they cluster); the key's lines."""
+    pts = [(r["tpf"], r["quality"]) for r in singles]
+    xs, ys = [p[0] for p in pts] or [0.0], [p[1] for p in pts] or [0.0]
+    offsets = label_offsets(pts, max(xs) - min(xs) or 1.0, max(ys) - min(ys) or 1.0)
+    for n, (r, off) in enumerate(zip(singles, offsets), start=1):
+        ax.annotate(str(n), (r["tpf"], r["quality"]), fontsize=7, fontweight="bold", xytext=off,
+                    textcoords="offset points", color=KIND_COLOURS.get(r["kind"], "#333333"))
+    return [f"{n}  {short(r['strategy'], 44)}" for n, r in enumerate(singles, start=1)]
+
+
 def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = None) -> Path:
     """The quality-versus-tokens-per-forward plot of one task's rows (``aup``: curve -> AUP), as a PNG."""
     import matplotlib
@@ -64,7 +90,7 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(9.5, 5.0), dpi=120)
+    fig, ax = plt.subplots(figsize=(10.5, 5.6), dpi=120)
     curves = curves_of(rows)
     palette = plt.get_cmap("Dark2")  # not the kind colours (tab10), so a line is never read as a kind
     lines = [c for c, pts in curves.items() if len(pts) > 1]
@@ -88,9 +114,7 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
                        s=170 if kind == "oracle" else 46, zorder=4, edgecolors="white", linewidths=0.5,
                        label=("reference (1 token per step)" if kind == "reference" else kind)
                        + (" + lookahead" if look else ""))
-            for r in sel:
-                ax.annotate(short(r["strategy"]), (r["tpf"], r["quality"]), fontsize=6, xytext=(3, 3),
-                            textcoords="offset points", color="#333333")
+    key = _number_singles(ax, singles)
     flat = [r for pts in curves.values() for r in pts if r["kind"] != "oracle"]
     front = pareto_front([(-r["tpf"], r["quality"]) for r in flat], rows[0]["higher_is_better"])
     if len(front) > 1:
@@ -104,11 +128,14 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
             ax.axvline(r["tpf"], color=KIND_COLOURS["oracle"], lw=0.8, ls=":", zorder=1)
     if rows[0]["quality_metric"] == "accuracy":
         ax.set_ylim(-0.03, 1.03)
-    ax.set_xlabel("tokens per forward (generated positions / NFE; higher is more parallel)")
+    ax.set_xlabel("tokens per forward (answer tokens / forwards, pooled over the examples; higher is more parallel)")
     ax.set_ylabel(quality_label(rows[0]))
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.01, 0.5), framealpha=0.8, handlelength=3.2)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8, handlelength=3.2)
+    if key:
+        ax.text(1.02, 0.0, "\n".join(key), transform=ax.transAxes, fontsize=6.5, va="bottom", ha="left",
+                family="monospace")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path)

@@ -113,7 +113,7 @@ def bare_loop(model: Any, prompts: Sequence[Sequence[int]], gen_length: int, blo
         block_id = torch.full((b,), blk, dtype=torch.long, device=device)
         for _ in range(per_block):
             t0 = synced_clock(device)
-            logits = session.logits(x, attn, rows, cols, valid, block_id, lengths)
+            logits = session.serve(x, attn, rows, cols, valid, block_id, lengths).logits
             forward_s += synced_clock(device) - t0
             nfe += 1
             p = torch.softmax(logits.float(), dim=-1)

@@ -46,6 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
+    from framework.engine.context import DecodeContext
     from framework.engine.evaluate import item_seeds
     from framework.engine.loop import decode
 
@@ -64,14 +65,14 @@ def run(args: argparse.Namespace) -> int:
         raise CLIError(f"--batch-size={args.batch_size} must be ≥ 1")
     loaded = load_cli_model(args.model, options)
     defaults = {}
-    task = getattr(loaded, "task", None)
-    if task:
+    t = None
+    if getattr(loaded, "task", None):
         from framework.tasks.base import get_task
 
-        t = get_task(task)
+        t = get_task(loaded.task)
         defaults = {"gen_length": t.gen_length, "block_length": t.default_block_length}
     setup = resolve_decoding(args, defaults)
-    lookahead = build_lookahead(args, tokenizer=loaded.tokenizer)
+    lookahead = build_lookahead(args)
     tok = loaded.tokenizer
     for start in range(0, len(prompts), args.batch_size):
         chunk, chunk_ids = prompts[start : start + args.batch_size], ids[start : start + args.batch_size]
@@ -80,7 +81,8 @@ def run(args: argparse.Namespace) -> int:
         except ValueError as exc:
             raise CLIError(f"cannot tokenize prompt: {exc}") from None
         res = decode(loaded.denoiser, enc, setup.controller, setup.config,
-                     seeds=item_seeds(chunk_ids, setup.config.seed), lookahead=lookahead)
+                     seeds=item_seeds(chunk_ids, setup.config.seed), lookahead=lookahead,
+                     context=DecodeContext.for_batch(tok, chunk, task=t, gen_length=setup.config.gen_length))
         for i, p in enumerate(chunk):
             gen = res.generated[i].tolist()
             text = tok.decode(gen, stop_at_eos=True)

@@ -332,6 +332,7 @@ def run(args: argparse.Namespace) -> int:
             item_timeout_s=args.item_timeout, job_timeout_s=args.job_timeout, max_retries=args.max_retries,
             fallback_controller=fallback, on_error=args.on_bad_line, skipped=problems,
             retry_errors=args.retry_errors, overwrite=args.overwrite, progress=not args.no_progress,
+            task=source.task,
         )
     except OutputFileError as exc:
         raise CLIError(str(exc)) from None

@@ -174,9 +174,10 @@ def resolve_decoding(args: argparse.Namespace, defaults: Optional[dict[str, Any]
     return DecodingSetup(controller=controller, config=config, controller_name=args.controller)
 
 
-def build_lookahead(args: argparse.Namespace, tokenizer: Any = None):
+def build_lookahead(args: argparse.Namespace):
     """A :class:`framework.engine.lookahead.Lookahead` from ``--scorer SPEC`` and ``--lookahead KEY=VALUE``,
-    or ``None`` without ``--scorer``; ``tokenizer`` lets text scorers read the candidates."""
+    or ``None`` without ``--scorer``; its scorers read the tokenizer, prompts and metas of each decode
+    call's context (:meth:`framework.engine.context.DecodeContext.for_batch`)."""
     spec = getattr(args, "scorer", None)
     sets = getattr(args, "lookahead_sets", None) or []
     if not spec:
@@ -184,7 +185,6 @@ def build_lookahead(args: argparse.Namespace, tokenizer: Any = None):
             raise ParameterError(f"--lookahead {sets[0]} has no effect without --scorer SPEC")
         return None
     from framework.engine.lookahead import Lookahead
-    from framework.engine.scorer import ScoringContext, parse_scorer_spec
+    from framework.engine.scorer import parse_scorer_spec
 
-    context = ScoringContext(tokenizer=tokenizer) if tokenizer is not None else None
-    return Lookahead.build(scorer=parse_scorer_spec(spec), context=context, **parse_assignments(sets))
+    return Lookahead.build(scorer=parse_scorer_spec(spec), **parse_assignments(sets))

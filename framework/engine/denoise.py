@@ -14,11 +14,13 @@ Two kinds of denoiser follow the protocol (:mod:`framework.models.protocol`):
 :class:`CacheSession` is the loop's cache policy, with Fast-dLLM's semantics: a row's first step
 in a block (and every ``cache_refresh`` steps, if set) is a full forward that refreshes the cache
 and serves that step; ``prefix`` then queries the block and everything after it, ``dual`` the
-block only. Controllers never see any of it; every forward is one NFE for each row it serves.
+block only. Controllers never see any of it; every forward is one NFE for each row it serves. The
+session counts nothing: each call says which rows it refreshed (:class:`Served`), and the step counts.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
@@ -62,14 +64,27 @@ def suppress_mask_logit(logits: torch.Tensor, mask_id: int) -> torch.Tensor:
     return logits
 
 
+@dataclass
+class Served:
+    """What one :meth:`CacheSession.serve` call gave for its rows ``[b]``: the window logits ``[b, W, V]``,
+    the shadow logits (``None`` unless asked for) and ``refreshed`` (bool ``[b]``): the rows whose forward
+    was a full one that refreshed the cache. Every row served is one forward, refreshed or not."""
+
+    logits: torch.Tensor
+    shadow: Optional[torch.Tensor]
+    refreshed: torch.Tensor
+
+
 class CacheSession:
     """The KV cache of one decode call and when to refresh it (per row).
 
     Args:
         model: a windowed denoiser (:func:`supports_cache`), or any denoiser with ``mode='none'``.
-        mode: ``none``, ``prefix`` or ``dual`` (:data:`framework.engine.config.CACHE_MODES`).
+        mode: ``none``, ``prefix``, ``dual`` or (block-causal models) ``block``
+            (:data:`framework.engine.config.CACHE_MODES`).
         refresh: refresh every this many steps inside a block too (``None``: block starts only).
         batch: the decode call's batch size B (the cache holds one row per sample).
+        block_size: a block-causal model's block size (``block`` mode's block alignment).
     """
 
     def __init__(self, model: Any, mode: str, refresh: Optional[int], batch: int, device: torch.device,
@@ -79,32 +94,22 @@ class CacheSession:
         self.cache: Any = None
         self.cached_block = torch.full((batch,), -1, dtype=torch.long, device=device)
         self.since = torch.zeros(batch, dtype=torch.long, device=device)
-        self.refreshes = torch.zeros(batch, dtype=torch.long, device=device)
 
-    def logits(
+    def serve(
         self, x: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, out_cols: torch.Tensor,
-        out_valid: torch.Tensor, block_index: torch.Tensor, lengths: torch.Tensor,
-    ) -> torch.Tensor:
+        out_valid: torch.Tensor, block_index: torch.Tensor, lengths: torch.Tensor, shadow: bool = False,
+    ) -> Served:
         """Window logits ``[b, W, V]`` for the batch rows ``rows`` (``x``, ``attn`` are the full
         batch; ``out_cols`` / ``out_valid`` (the window's canvas columns and which are real),
-        ``block_index`` and ``lengths`` (real tokens per row) are per row of ``rows``). Every row
-        served here costs one forward (one NFE, counted by the loop)."""
-        return self._serve(x, attn, rows, out_cols, out_valid, block_index, lengths, shadow=False)[0]
-
-    def logits_and_shadow(
-        self, x: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, out_cols: torch.Tensor,
-        out_valid: torch.Tensor, block_index: torch.Tensor, lengths: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`logits` and, from the same forward, WINO's shadow logits ``[b, W, V]`` (each
-        window column predicted with that column hidden; :func:`supports_shadow` models only)."""
-        logits, shadow = self._serve(x, attn, rows, out_cols, out_valid, block_index, lengths, shadow=True)
-        return logits, shadow  # type: ignore[return-value]
-
-    def _serve(self, x, attn, rows, out_cols, out_valid, block_index, lengths, shadow: bool):
+        ``block_index`` and ``lengths`` (real tokens per row) are per row of ``rows``); with ``shadow``
+        also, from the same forward, WINO's shadow logits ``[b, W, V]`` (each window column predicted
+        with that column hidden; :func:`supports_shadow` models only). Every row served here costs
+        one forward (one NFE, counted by the caller); ``refreshed`` says which were refreshes."""
+        none = torch.zeros(rows.numel(), dtype=torch.bool, device=rows.device)
         if self.mode == "none":
             if shadow:
-                return self.model.shadow_logits(x[rows], attn[rows], out_cols)
-            return window_logits(self.model, x[rows], attn[rows], out_cols), None
+                return Served(*self.model.shadow_logits(x[rows], attn[rows], out_cols), refreshed=none)
+            return Served(window_logits(self.model, x[rows], attn[rows], out_cols), None, refreshed=none)
         due = self.cached_block[rows] != block_index
         if self.mode == "block":
             return self._serve_block(x, attn, rows, out_cols, out_valid, block_index, lengths, due)
@@ -132,7 +137,7 @@ class CacheSession:
                     out[i] = lg.new_empty((rows.numel(), *lg.shape[1:]))
                 out[i][pick] = lg  # type: ignore[index]
         self.since[rows] += 1
-        return out[0], out[1]
+        return Served(out[0], out[1], refreshed=due)  # type: ignore[arg-type]
 
     def _refresh(self, x, attn, rows, out_cols, block_index, shadow: bool = False):
         sh = None
@@ -152,7 +157,6 @@ class CacheSession:
                 self.cache.update_rows(rows, cache)
         self.cached_block[rows] = block_index
         self.since[rows] = 0
-        self.refreshes[rows] += 1
         return logits, sh
 
     def _serve_block(self, x, attn, rows, out_cols, out_valid, block_index, lengths, entering):
@@ -163,7 +167,7 @@ class CacheSession:
         final tokens of that block are stored by this forward (no extra forward, nothing stale)."""
         if self.cache is None:
             logits, _ = self._refresh(x, attn, rows, out_cols, block_index)
-            return logits, None
+            return Served(logits, None, refreshed=torch.ones_like(entering))
         b = int(self.block_size)
         start = (out_cols[:, 0] // b) * b
         start = torch.where(entering, (start - b).clamp(min=0), start)
@@ -174,7 +178,7 @@ class CacheSession:
         query = torch.where(valid, query, (end - 1)[:, None].expand_as(query))  # ascending, pads last
         logits, _ = self._against_cache(x, attn, rows, out_cols, query, valid)
         self.cached_block[rows] = block_index
-        return logits, None
+        return Served(logits, None, refreshed=torch.zeros_like(entering))
 
     def _full(self, cache: Any, rows: torch.Tensor) -> Any:
         """A batch-sized cache from a subset's (only when the first refresh serves a subset)."""

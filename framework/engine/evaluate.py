@@ -80,28 +80,26 @@ def item_seeds(ids: Sequence[str], seed: int) -> torch.Tensor:
 
 
 def decode_texts(
-    loaded: LoadedModel, prompts: Sequence[str], controller: Controller, config: DecodeConfig,
-    *, ids: Optional[Sequence[str]] = None, batch_size: int = 64, lookahead: Any = None,
-    metas: Optional[Sequence[dict]] = None,
+    loaded: LoadedModel, items: Sequence[Any], controller: Controller, config: DecodeConfig,
+    *, ids: Optional[Sequence[str]] = None, batch_size: int = 64, lookahead: Any = None, task: Any = None,
 ) -> tuple[list[str], list[DecodeResult], list[list[int]]]:
-    """Decode prompt texts in batches; returns texts, the per-batch results and generated ids.
+    """Decode prompt texts or task examples (``items``) in batches; returns texts, the per-batch results
+    and generated ids.
 
-    With a ``lookahead``, its scorers see the tokenizer, each sample's prompt text and task
-    ``metas`` (``state.context``), so text and rule scorers read the candidates as text. A
-    controller that needs a reference decode (``Controller.reference_param``, the oracle) gets it:
-    each batch is decoded with the reference first (not counted in the results)."""
+    Every batch is decoded with its :meth:`DecodeContext.for_batch` (the tokenizer, each item's prompt
+    text, its meta and ``task``'s spans), so context-reading controllers and the lookahead's text and
+    rule scorers see the same context as under ``adec decode``. A controller that needs a reference
+    decode (``Controller.reference_param``, the oracle) gets it: each batch is decoded with the
+    reference first (not counted in the results)."""
     tok = loaded.tokenizer
-    ids = list(ids) if ids is not None else [str(i) for i in range(len(prompts))]
+    ids = list(ids) if ids is not None else [str(i) for i in range(len(items))]
     texts: list[str] = []
     gen_ids: list[list[int]] = []
     results: list[DecodeResult] = []
-    for start in range(0, len(prompts), batch_size):
-        chunk = prompts[start : start + batch_size]
-        enc = [tok.encode(p) for p in chunk]
-        context = None
-        if lookahead is not None:
-            context = DecodeContext(tokenizer=tok, prompt_text=list(chunk),
-                                    meta=None if metas is None else list(metas[start : start + batch_size]))
+    for start in range(0, len(items), batch_size):
+        chunk = list(items[start : start + batch_size])
+        enc = [tok.encode(item if isinstance(item, str) else item.prompt) for item in chunk]
+        context = DecodeContext.for_batch(tok, chunk, task=task, gen_length=config.gen_length)
         seeds = item_seeds(ids[start : start + batch_size], config.seed)
         res = decode_with_reference(loaded.denoiser, enc, controller, config, seeds=seeds, lookahead=lookahead,
                                     context=context)
@@ -132,7 +130,6 @@ def evaluate(
     wall time is reported; accuracy and NFE come from the first run.
     """
     examples = task.examples(split, n, seed=data_seed)
-    prompts = [ex.prompt for ex in examples]
     ids = [ex.id for ex in examples]
     times: list[float] = []
     peak = 0.0
@@ -141,8 +138,7 @@ def evaluate(
     for r in range(max(1, repeats)):
         with PeakMemory(_device_of(loaded)) as pm:
             out_texts, out_results, _ = decode_texts(
-                loaded, prompts, controller, config, ids=ids, batch_size=batch_size, lookahead=lookahead,
-                metas=[dict(ex.meta) for ex in examples],
+                loaded, examples, controller, config, ids=ids, batch_size=batch_size, lookahead=lookahead, task=task,
             )
         times.append(sum(x.total_seconds for x in out_results))
         peak = max(peak, pm.peak_mb)

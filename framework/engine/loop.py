@@ -8,9 +8,10 @@ pipeline of stages (:mod:`framework.engine.step`):
 1. **gather the window**: the unfinished rows, each one's current block as ``[b, W]`` canvas
    columns (rows may be in different blocks and blocks may differ in length; slots past a row's
    block are never eligible);
-2. **forward**: one forward pass over those rows (1 NFE each, counted per sample), through the KV
-   cache policy (:class:`framework.engine.denoise.CacheSession`), giving logits of the window only;
-   rows whose forward the lookahead already ran on this very canvas reuse it. A controller that
+2. **forward**: one forward pass over those rows (1 NFE each), through the KV cache policy
+   (:class:`framework.engine.denoise.CacheSession`), giving logits of the window only; rows whose
+   forward the previous step's lookahead already ran on this very canvas reuse it (a ``Handoff``
+   the step returns and the next one takes). A controller that
    ``verifies`` gets ``features.verify_prob``: each revocable slot's token probability with the
    slot hidden (WINO's shadow block in the step's own forward, cached or not, where the model has
    one; else exact probes, one counted forward each);
@@ -25,6 +26,9 @@ pipeline of stages (:mod:`framework.engine.step`):
    times, at most ``remask_budget`` per sample; since every step commits at least one masked
    position, a sample ends within ``gen_length + remask_budget`` steps;
 7. **trace**: with ``trace=True``, one record per step.
+
+NFE is counted once per step (:func:`framework.engine.step.charge`): the forward and refine stages
+return the forwards they ran (their ``Cost``), per sample, and nothing else adds to the counts.
 
 A block finishes when none of its positions is masked; the next starts where it ended, with the
 controller's ``next_block_length`` if it gave one (CadLLM-style adaptive blocks).
@@ -43,18 +47,7 @@ from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller, DecodeState
 from framework.engine.denoise import CacheSession, supports_shadow
 from framework.engine.layout import config_for_model, first_block_ends
-from framework.engine.step import (
-    Canvas,
-    Counters,
-    Run,
-    commit,
-    decide,
-    features,
-    forward,
-    gather_window,
-    record,
-    refine,
-)
+from framework.engine.step import Canvas, Counters, Handoff, Run, gather_window, step
 
 
 @dataclass
@@ -170,16 +163,12 @@ def decode(
     run = start_run(model, prompts, controller, config, seeds=seeds, lookahead=lookahead, trace=trace,
                     context=context, initial=initial)
     max_steps = config.gen_length + 1 + config.effective_remask_budget  # ≥ 1 commit a step, ≤ budget re-masks
+    handoff = Handoff()  # forwards the last step's lookahead ran on the canvas the next step decodes
     for _ in range(max_steps):
         window = gather_window(run)
         if window is None:
             break
-        fwd = forward(run, window)
-        feats = features(run, window, fwd)
-        decision, view = decide(run, window, feats)
-        refined = refine(run, window, feats, decision, view)
-        outcome = commit(run, window, feats, decision, refined, fwd)
-        record(run, window, decision, outcome)
+        handoff = step(run, window, handoff)
     return finish(run)
 
 
@@ -272,7 +261,7 @@ def finish(run: Run) -> DecodeResult:
         tokens=cv.x, generated=generated, gen_start=cv.gen_start, nfe=c.nfe, steps=c.steps,
         lookahead_nfe=c.lookahead_nfe, forced=c.forced, remasks=c.remasks, forward_seconds=run.forward_seconds,
         total_seconds=synced_clock(cv.x.device) - run.t_start, fallbacks=c.fallbacks, trace=run.records,
-        cache_refreshes=run.session.refreshes, escalations=c.escalations,
+        cache_refreshes=c.cache_refreshes, escalations=c.escalations,
         answer_tokens=answer_lengths(generated, run.state.context.eos_token_ids),
     )
 

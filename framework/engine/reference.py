@@ -28,13 +28,13 @@ def reference_spec(controller: Any) -> Optional[str]:
 
 
 def reference_tokens(model: Any, prompts: Sequence[Sequence[int]], controller: Any, config: DecodeConfig, *,
-                     seeds: Any = None) -> Optional[torch.Tensor]:
+                     seeds: Any = None, context: Optional[DecodeContext] = None) -> Optional[torch.Tensor]:
     """y* ``[B, G]`` for ``controller``: the generation of its reference controller on the same
-    prompts, configuration and seeds; ``None`` when the controller needs no reference."""
+    prompts, configuration, seeds and ``context``; ``None`` when the controller needs no reference."""
     spec = reference_spec(controller)
     if spec is None:
         return None
-    return decode(model, prompts, build_controller(spec), config, seeds=seeds).generated
+    return decode(model, prompts, build_controller(spec), config, seeds=seeds, context=context).generated
 
 
 def with_reference(context: Optional[DecodeContext], model: Any, prompts: Sequence[Sequence[int]], controller: Any,
@@ -43,7 +43,7 @@ def with_reference(context: Optional[DecodeContext], model: Any, prompts: Sequen
     context has none; otherwise ``context`` itself."""
     if reference_spec(controller) is None or (context is not None and context.reference_tokens is not None):
         return context
-    ref = reference_tokens(model, prompts, controller, config, seeds=seeds)
+    ref = reference_tokens(model, prompts, controller, config, seeds=seeds, context=context)
     return replace(context or DecodeContext(), reference_tokens=ref)
 
 

@@ -33,6 +33,7 @@ import torch
 
 from framework.core.params import Configurable, ParameterError
 from framework.core.registry import Registry
+from framework.engine.context import DecodeContext
 
 
 @dataclass
@@ -131,6 +132,12 @@ class ScoringContext:
     meta: Any = None
     resources: dict[str, Any] = field(default_factory=dict)
     special_ids: Optional[Sequence[int]] = None
+
+    @classmethod
+    def of_decode(cls, context: DecodeContext, denoiser: Any = None) -> "ScoringContext":
+        """The scorers' view of a decode call's :class:`~framework.engine.context.DecodeContext`: its
+        tokenizer, prompt texts and metas (indexed by the call's sample row, ``Candidates.source``) and the model."""
+        return cls(tokenizer=context.tokenizer, denoiser=denoiser, prompt_text=context.prompt_text, meta=context.meta)
 
     def meta_for(self, source: int) -> dict[str, Any]:
         if self.meta is None:

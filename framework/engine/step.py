@@ -5,15 +5,20 @@
 1. :func:`gather_window` -> :class:`Window`: the unfinished rows and each one's current block
    (advancing finished blocks), as ``[b, W]`` canvas columns;
 2. :func:`forward` -> :class:`Forward`: the window logits, through the KV cache session; with a
-   verifying controller also the shadow block (WINO) or exact probes; rows whose forward a lookahead
-   already ran on this very canvas reuse it (``Lookahead`` ``next_*`` fields);
+   verifying controller also the shadow block (WINO) or exact probes; rows whose forward the previous
+   step's lookahead already ran on this very canvas (its :class:`Handoff`) reuse it;
 3. :func:`features` -> :class:`~framework.engine.features.StepFeatures` on the window;
 4. :func:`decide` -> ``controller.decide`` on the rows' :class:`DecodeState` view (its typed
    ``context`` carries the step's ``canvas`` and ``generation``);
-5. :func:`refine` -> :class:`Refined`: the lookahead's tokens and commits where the decision asks for one;
+5. :func:`refine` -> :class:`Refined`: the lookahead's tokens and commits where the decision asks for
+   one, and the :class:`Handoff` of the forwards it ran on the canvas the next step decodes;
 6. :func:`commit` -> :class:`StepOutcome`: the progress guarantee (≥ 1 token per unfinished row),
-   end-of-text fill, re-masking within its bounds, and the counters;
+   end-of-text fill, re-masking within its bounds, and the step counters;
 7. :func:`record` appends the step's trace record.
+
+:func:`step` runs them in order. NFE is counted in one place: the stages that run forwards
+(:func:`forward`, :func:`refine`) return them as a :class:`Cost`, and :func:`step` adds their sum to
+the rows' counters once (:func:`charge`); no stage and no :class:`CacheSession` touches the counts.
 """
 
 from __future__ import annotations
@@ -26,7 +31,13 @@ import torch
 from framework.core.measure import synced_clock
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import Controller, Decision, DecodeState
-from framework.engine.denoise import CacheSession, suppress_mask_logit, token_logprob, verification_logits
+from framework.engine.denoise import (
+    CacheSession,
+    Served,
+    suppress_mask_logit,
+    token_logprob,
+    verification_logits,
+)
 from framework.engine.features import StepFeatures, compute_features
 from framework.engine.selection import ensure_progress
 
@@ -50,7 +61,8 @@ class Canvas:
 
 @dataclass
 class Counters:
-    """Per-sample progress ``[B]``: the figures of :class:`~framework.engine.loop.DecodeResult` and the
+    """Per-sample progress ``[B]``: the figures of :class:`~framework.engine.loop.DecodeResult` (the
+    forwards ``nfe``, ``lookahead_nfe`` and ``cache_refreshes`` written by :func:`charge` only) and the
     semi-autoregressive block each row is in (``block_start``/``block_end`` relative to the generation,
     ``next_len`` the next block's length, ``block_masked_at_start`` its masked positions when it began)."""
 
@@ -63,6 +75,7 @@ class Counters:
     remasks: torch.Tensor
     escalations: torch.Tensor
     fallbacks: torch.Tensor
+    cache_refreshes: torch.Tensor
     block_start: torch.Tensor
     block_end: torch.Tensor
     next_len: torch.Tensor
@@ -78,7 +91,8 @@ class Counters:
         end = next_len.clone().clamp(max=gen_length) if first_end is None else first_end.to(device).long()
         return cls(nfe=zeros(), steps=zeros(), block_step=zeros(), block_index=zeros(), forced=zeros(),
                    lookahead_nfe=zeros(), remasks=zeros(), escalations=zeros(), fallbacks=zeros(),
-                   block_start=zeros(), block_end=end, next_len=next_len, block_masked_at_start=zeros())
+                   cache_refreshes=zeros(), block_start=zeros(), block_end=end, next_len=next_len,
+                   block_masked_at_start=zeros())
 
 
 @dataclass
@@ -97,8 +111,6 @@ class Run:
     shadow_step: bool  # the shadow block rides in the step's own forward (verification='shadow')
     trace: bool
     t_start: float
-    #: row -> (canvas, window columns, window logits) of a forward the lookahead already ran
-    pending: dict[int, tuple[torch.Tensor, ...]] = field(default_factory=dict)
     forward_seconds: float = 0.0
     records: list[dict[str, Any]] = field(default_factory=list)
 
@@ -134,23 +146,92 @@ class Window:
 
 
 @dataclass
+class Cost:
+    """The forward passes a stage ran, per window row ``[b]`` (long): ``forward`` the step's own (1, or
+    0 where the row reused a handed-on forward; the shadow block rides in it), ``verification`` a
+    verifying controller's separate shadow forward or exact probes, ``lookahead`` the rollout, branch
+    and re-scoring forwards. ``refreshes``: how many of ``forward`` refreshed the KV cache (a part of
+    it, not added to the NFE)."""
+
+    forward: torch.Tensor
+    verification: torch.Tensor
+    lookahead: torch.Tensor
+    refreshes: torch.Tensor
+
+    @classmethod
+    def zero(cls, w: Window) -> "Cost":
+        """Nothing spent, for the window's rows."""
+        zeros = lambda: torch.zeros(w.rows.numel(), dtype=torch.long, device=w.rows.device)  # noqa: E731
+        return cls(forward=zeros(), verification=zeros(), lookahead=zeros(), refreshes=zeros())
+
+    @property
+    def nfe(self) -> torch.Tensor:
+        """The forwards run ``[b]``: every part but ``refreshes`` (which counts some of ``forward``)."""
+        return self.forward + self.verification + self.lookahead
+
+    def __add__(self, other: "Cost") -> "Cost":
+        return Cost(forward=self.forward + other.forward, verification=self.verification + other.verification,
+                    lookahead=self.lookahead + other.lookahead, refreshes=self.refreshes + other.refreshes)
+
+
+@dataclass
+class Handoff:
+    """Forwards a lookahead already ran on the canvas the next step decodes (each winner's first
+    rollout forward, or its a-th with ``advance``), handed from the step that ran them to the next:
+    batch row -> (its canvas ``[L]``, its window's canvas columns ``[W_r]``, their logits ``[W', V]``).
+    Empty where no lookahead ran; a row whose canvas or window moved since is not reused."""
+
+    rows: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = field(default_factory=dict)
+
+    def reusable(self, w: Window) -> torch.Tensor:
+        """Rows ``[b]`` of the window whose logits were computed on exactly this canvas and window."""
+        hit = torch.zeros(w.rows.numel(), dtype=torch.bool, device=w.rows.device)
+        if not self.rows:  # no lookahead ran last step: no host sync, no loop
+            return hit
+        for i, r in enumerate(w.rows.tolist()):
+            got = self.rows.get(r)
+            if got is not None and torch.equal(got[0], w.canvas[i]) and torch.equal(
+                    got[1], w.cols[i, : int(w.length[i])]):
+                hit[i] = True
+        return hit
+
+    def logits(self, w: Window, reused: torch.Tensor, fresh: Optional[torch.Tensor]) -> torch.Tensor:
+        """Window logits ``[b, W, V]``: the handed-on ones where ``reused``, ``fresh`` (the forward of
+        the other rows, in order; ``None`` when there are none) elsewhere."""
+        first = self.rows[int(w.rows[int(reused.nonzero()[0])])][2]
+        out = first.new_empty((w.rows.numel(), w.cols.shape[1], first.shape[-1]))
+        if fresh is not None:
+            out[(~reused).nonzero().squeeze(1)] = fresh.to(out.dtype)
+        for i in reused.nonzero().squeeze(1).tolist():
+            _, cols, lg = self.rows[int(w.rows[i])]
+            lg = lg[: cols.numel()]
+            n = min(out.shape[1], lg.shape[0])
+            out[i, :n] = lg[:n]
+            out[i, n:] = lg[n - 1]  # padding slots repeat the last column, as a forward would
+        return out
+
+
+@dataclass
 class Forward:
     """The window logits ``[b, W, V]`` (the mask id suppressed), the shadow-block logits where the
-    controller verifies, and ``reused`` ``[b]``: rows whose forward the lookahead had already run."""
+    controller verifies, and the forwards this took (:class:`Cost`)."""
 
     logits: torch.Tensor
     shadow: Optional[torch.Tensor]
-    reused: torch.Tensor
+    cost: Cost
 
 
 @dataclass
 class Refined:
-    """Tokens and commits ``[b, W]`` after the lookahead, and the rollout steps it committed on top
-    (``Lookahead.advance``: 0 or a long ``[b]``)."""
+    """Tokens and commits ``[b, W]`` after the lookahead, the rollout steps it committed on top
+    (``Lookahead.advance``: 0 or a long ``[b]``), the forwards it ran (``cost.lookahead``) and the
+    :class:`Handoff` of those that serve the next step."""
 
     tokens: torch.Tensor
     commit: torch.Tensor
+    cost: Cost
     adopted: Any = 0
+    handoff: Handoff = field(default_factory=Handoff)
 
 
 @dataclass
@@ -221,29 +302,61 @@ def gather_window(run: Run) -> Optional[Window]:
                   canvas=xs, n_masked=sub(n_masked))
 
 
-def forward(run: Run, w: Window) -> Forward:
-    """One forward over the window's rows (1 NFE each, counted at :func:`commit` unless reused); the
-    shadow block in the same forward, or the verification probes (counted here)."""
-    cv, c = run.canvas, run.counters
+def step(run: Run, w: Window, handoff: Handoff) -> Handoff:
+    """One decoding step of the window's rows: the stages in order, then the forwards they ran
+    added to the counters, once (:func:`charge`). ``handoff``: the forwards the previous step's
+    lookahead ran on this canvas; returns this step's, for the next step."""
+    fwd = forward(run, w, handoff)
+    feats = features(run, w, fwd)
+    decision, view = decide(run, w, feats)
+    refined = refine(run, w, feats, decision, view)
+    outcome = commit(run, w, feats, decision, refined)
+    charge(run.counters, w, fwd.cost + refined.cost)
+    record(run, w, decision, outcome)
+    return refined.handoff
+
+
+def charge(c: Counters, w: Window, cost: Cost) -> None:
+    """The one place forwards are counted: the step's :class:`Cost` added to its rows' ``nfe``, and its
+    parts to ``lookahead_nfe`` and ``cache_refreshes``."""
+    c.nfe[w.rows] += cost.nfe
+    c.lookahead_nfe[w.rows] += cost.lookahead
+    c.cache_refreshes[w.rows] += cost.refreshes
+
+
+def forward(run: Run, w: Window, handoff: Handoff) -> Forward:
+    """One forward over the window's rows, except those whose forward the ``handoff`` already ran on
+    this very canvas; the shadow block in the same forward, or the verification forwards. Counts
+    nothing: what it ran is its :class:`Cost` (1 per row not reused, plus the verification's)."""
+    cv = run.canvas
     t0 = synced_clock(cv.x.device)
-    shadow = None
-    reused = reusable(run.pending, w.rows, w.canvas, w.cols, w.length) & (not run.shadow_step)
-    window_args = (w.sub(c.block_index), w.sub(cv.lengths))
-    if run.shadow_step:  # one forward (cached or not) gives the window and the shadow block
-        logits, shadow = run.session.logits_and_shadow(cv.x, cv.attn, w.rows, w.cols, w.valid, *window_args)
-    elif reused.any():  # the lookahead already ran these rows' forward on this very canvas
-        logits = with_reused(run.pending, w.rows, reused, w.cols.shape[1], lambda run_rows: run.session.logits(
-            cv.x, cv.attn, w.rows[run_rows], w.cols[run_rows], w.valid[run_rows],
-            window_args[0][run_rows], window_args[1][run_rows]))
-    else:
-        logits = run.session.logits(cv.x, cv.attn, w.rows, w.cols, w.valid, *window_args)
-    run.pending = {}  # spent, or stale: every unfinished row is decoded this step
+    reused = handoff.reusable(w) & (not run.shadow_step)
+    served = serve_window(run, w, handoff, reused)
+    cost = Cost.zero(w)
+    cost.forward, cost.refreshes = (~reused).long(), served.refreshed.long()
+    shadow = served.shadow
     if run.verifies and not run.shadow_step:
-        shadow, cost = verification_logits(run.model, w.canvas, w.sub(cv.attn), w.cols, w.revocable,
-                                           exact=run.config.verification == "probe")
-        c.nfe[w.rows] += cost
+        shadow, cost.verification = verification_logits(run.model, w.canvas, w.sub(cv.attn), w.cols, w.revocable,
+                                                        exact=run.config.verification == "probe")
     run.forward_seconds += synced_clock(cv.x.device) - t0
-    return Forward(logits=suppress_mask_logit(logits, run.mask_id), shadow=shadow, reused=reused)
+    return Forward(logits=suppress_mask_logit(served.logits, run.mask_id), shadow=shadow, cost=cost)
+
+
+def serve_window(run: Run, w: Window, handoff: Handoff, reused: torch.Tensor) -> Served:
+    """The window logits from the cache session (with the shadow block on a shadow step), the
+    ``handoff``'s where ``reused`` (those rows' ``refreshed`` is False: they ran no forward here)."""
+    cv = run.canvas
+    index, lengths = w.sub(run.counters.block_index), w.sub(cv.lengths)
+    if run.shadow_step or not reused.any():
+        return run.session.serve(cv.x, cv.attn, w.rows, w.cols, w.valid, index, lengths, shadow=run.shadow_step)
+    fresh = (~reused).nonzero().squeeze(1)
+    refreshed = torch.zeros_like(reused)
+    ran = None
+    if fresh.numel():
+        got = run.session.serve(cv.x, cv.attn, w.rows[fresh], w.cols[fresh], w.valid[fresh], index[fresh],
+                                lengths[fresh])
+        ran, refreshed[fresh] = got.logits, got.refreshed
+    return Served(logits=handoff.logits(w, reused, ran), shadow=None, refreshed=refreshed)
 
 
 def features(run: Run, w: Window, fwd: Forward) -> StepFeatures:
@@ -280,32 +393,34 @@ def decide(run: Run, w: Window, feats: StepFeatures) -> tuple[Decision, DecodeSt
 
 def refine(run: Run, w: Window, feats: StepFeatures, decision: Decision, view: DecodeState) -> Refined:
     """The decision's tokens and commits, replaced by the lookahead's where the decision asks for a
-    rollout (``Decision.depth``); its forwards are counted and a winner's next forward kept for reuse."""
+    rollout (``Decision.depth``); its forwards are its :class:`Cost` (``lookahead``, counted by
+    :func:`step`), the winners' next forwards its :class:`Handoff`."""
     tokens = decision.tokens if decision.tokens is not None else feats.x0
     commit = decision.commit & feats.eligible
     la, c = run.lookahead, run.counters
+    cost = Cost.zero(w)
     if la is None or decision.depth is None:
-        return Refined(tokens=tokens, commit=commit)
+        return Refined(tokens=tokens, commit=commit, cost=cost)
     budget_left = la.budget_left(view, w.sub(c.lookahead_nfe))
     res = la.refine(run.model, w.canvas, w.sub(run.canvas.attn), feats, decision, commit, tokens, view,
                     budget_left, controller=run.controller)
-    c.lookahead_nfe[w.rows] += res.extra_nfe
-    c.nfe[w.rows] += res.extra_nfe
+    cost.lookahead = res.extra_nfe
+    handoff = Handoff()
     if res.next_rows is not None:
         for i, r in enumerate(res.next_rows.tolist()):
-            run.pending[int(w.rows[r])] = (res.next_canvas[i], w.cols[r, : int(w.length[r])], res.next_logits[i])
+            handoff.rows[int(w.rows[r])] = (res.next_canvas[i], w.cols[r, : int(w.length[r])], res.next_logits[i])
     c.fallbacks[w.rows] += res.fallback.long()
     run.forward_seconds += res.forward_seconds
     if res.escalated is not None:
         c.escalations[w.rows] += res.escalated.long()
-    return Refined(tokens=res.tokens, commit=res.commit & feats.eligible,
-                   adopted=res.advanced if res.advanced is not None else 0)
+    return Refined(tokens=res.tokens, commit=res.commit & feats.eligible, cost=cost,
+                   adopted=res.advanced if res.advanced is not None else 0, handoff=handoff)
 
 
-def commit(run: Run, w: Window, feats: StepFeatures, decision: Decision, refined: Refined,
-           fwd: Forward) -> StepOutcome:
+def commit(run: Run, w: Window, feats: StepFeatures, decision: Decision, refined: Refined) -> StepOutcome:
     """Write the step: at least one token per row (the most confident eligible one where none was
-    committed), end-of-text fill, re-masking; then the row's counters."""
+    committed), end-of-text fill, re-masking; then the row's step counters (not its forwards:
+    :func:`charge`)."""
     cfg, cv, c = run.config, run.canvas, run.counters
     had_commit = refined.commit.any(1)
     mask = ensure_progress(refined.commit, feats.eligible, feats.confidence)
@@ -328,7 +443,6 @@ def commit(run: Run, w: Window, feats: StepFeatures, decision: Decision, refined
     else:
         cv.x[w.rows] = xs
         cv.revocable[w.rows] = rev
-    c.nfe[w.rows] += (~fwd.reused).long()
     c.steps[w.rows] += 1 + refined.adopted
     c.block_step[w.rows] += 1 + refined.adopted
     if decision.next_block_length is not None:
@@ -371,35 +485,6 @@ def record(run: Run, w: Window, decision: Decision, out: StepOutcome) -> None:
         rec["remask"] = canvas_rm.cpu()
     rec.update({k: v.detach().cpu() for k, v in decision.info.items()})
     run.records.append(rec)
-
-
-def reusable(pending: dict, rows: torch.Tensor, xs: torch.Tensor, cols: torch.Tensor,
-             blen: torch.Tensor) -> torch.Tensor:
-    """Rows ``[b]`` whose window logits a lookahead already computed on exactly this canvas."""
-    hit = torch.zeros(rows.numel(), dtype=torch.bool, device=rows.device)
-    if not pending:  # no lookahead ran last step: no host sync, no loop
-        return hit
-    for i, r in enumerate(rows.tolist()):
-        got = pending.get(r)
-        if got is not None and torch.equal(got[0], xs[i]) and torch.equal(got[1], cols[i, : int(blen[i])]):
-            hit[i] = True
-    return hit
-
-
-def with_reused(pending: dict, rows: torch.Tensor, reused: torch.Tensor, width: int, run_forward: Any) -> torch.Tensor:
-    """Window logits ``[b, W, V]``: the pending ones where ``reused``, a forward for the other rows."""
-    run = (~reused).nonzero().squeeze(1)
-    ran = run_forward(run) if run.numel() else None
-    first = pending[int(rows[int(reused.nonzero()[0])])][2]
-    out = first.new_empty((rows.numel(), width, first.shape[-1]))
-    if ran is not None:
-        out[run] = ran.to(out.dtype)
-    for i in reused.nonzero().squeeze(1).tolist():
-        lg = pending[int(rows[i])][2][: pending[int(rows[i])][1].numel()]
-        n = min(width, lg.shape[0])
-        out[i, :n] = lg[:n]
-        out[i, n:] = lg[n - 1]  # padding slots repeat the last column, as a forward would
-    return out
 
 
 def verification(logits: torch.Tensor, tokens: torch.Tensor, where: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -36,6 +36,7 @@ from framework.core.measure import answer_length_before_stop, tokens_per_forward
 from framework.core.params import Configurable, Param, ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.controller_io import build_controller, split_settings
 from framework.engine.denoise import check_cache_support
 from framework.engine.evaluate import item_seeds
@@ -202,7 +203,8 @@ class AdecLM(LM):
         for start in range(0, len(order), bs):
             chunk = order[start : start + bs]
             res = decode(self.loaded.denoiser, [encoded[i] for i in chunk], self.controller, self.config,
-                         seeds=item_seeds([ids[i] for i in chunk], self.config.seed))
+                         seeds=item_seeds([ids[i] for i in chunk], self.config.seed),
+                         context=DecodeContext.for_batch(self.tokenizer, [contexts[i] for i in chunk]))
             for j, i in enumerate(chunk):
                 text = cut_at_stops(self.tokenizer.decode(res.generated[j].tolist(), stop_at_eos=True),
                                     kwargs[i].get("until"))

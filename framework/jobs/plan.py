@@ -15,6 +15,7 @@ import torch
 from framework.core.params import ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
+from framework.engine.context import DecodeContext, MissingContextError
 from framework.engine.controller import Controller, DecodeState
 from framework.jobs.errors import failure_reason
 from framework.jobs.output import SCHEMA
@@ -54,9 +55,17 @@ def controller_name(ctrl: Controller) -> str:
     return type(ctrl).display_name()
 
 
-def dry_reset(ctrl: Controller, config: DecodeConfig, mask_id: int) -> None:
-    """Run the controller's ``reset`` once so that its own config checks fire before any work."""
-    ctrl.reset(DecodeState(config=config, seeds=torch.zeros(1, dtype=torch.long), mask_token_id=mask_id))
+def dry_reset(ctrl: Controller, config: DecodeConfig, mask_id: int, context: Optional[DecodeContext] = None) -> None:
+    """Run the controller's ``reset`` once so that its own config checks fire before any work; with
+    ``context`` (a job's :meth:`DecodeContext.for_batch` of one item), what the controller needs of the
+    decode context is checked too (without, a :class:`MissingContextError` is left to that check)."""
+    state = DecodeState(config=config, seeds=torch.zeros(1, dtype=torch.long), mask_token_id=mask_id,
+                        context=context or DecodeContext())
+    try:
+        ctrl.reset(state)
+    except MissingContextError:
+        if context is not None:
+            raise
 
 
 def describe_lookahead(lookahead: Any, spec: Optional[str]) -> Optional[dict]:
@@ -70,6 +79,8 @@ def describe_lookahead(lookahead: Any, spec: Optional[str]) -> Optional[dict]:
                 params[key] = value
             elif hasattr(value, "to_dict"):
                 params[key] = jsonable(value.to_dict())
+        params.setdefault("context", None)  # a key the lookahead had before its context came from the decode call;
+        # kept so that results files written then resume under the same settings hash
     return {"type": type(lookahead).__qualname__, "spec": spec, "params": params}
 
 

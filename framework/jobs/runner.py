@@ -107,6 +107,7 @@ def run_generation_job(
     progress: bool = True,
     fsync: bool = True,
     log: Optional[Callable[[str], None]] = None,
+    task: Any = None,
 ) -> JobSummary:
     """Decode ``items`` into ``output_path`` (JSONL, one row per item), resumably.
 
@@ -121,6 +122,8 @@ def run_generation_job(
         batch_size: the largest batch B (the adaptive size never exceeds it).
         lookahead: a lookahead object for :func:`framework.engine.loop.decode`, or ``None``.
         lookahead_spec: how the lookahead was configured (e.g. the ``--scorer`` spec), for the settings hash.
+        task: the task the items are examples of (``adec generate --task``), or ``None``: each batch's
+            decode context (:meth:`DecodeContext.for_batch`) gets its name in every meta and its spans.
         seed: overrides ``config.seed``; item ``i`` uses ``stable_seed(seed, id_i)``.
         item_timeout_s / job_timeout_s: wall-clock limits (``None`` = none).
         max_retries: re-runs of an item that failed on its own, per mode.
@@ -148,7 +151,7 @@ def run_generation_job(
     summary = JobSummary(output=path, skipped=list(skipped), batch_size_start=batch_size)
     job, works = _prepared_job(loaded_model, items, controller_factory, config, seed, lookahead,
                                lookahead_spec, fallback_controller, item_timeout_s, job_timeout_s, t_job,
-                               max_retries, on_error, summary)
+                               max_retries, on_error, summary, task)
     out, todo = _open_output(path, job.settings_hash, works, overwrite, retry_errors, fsync, summary, say)
     sizer = BatchSizer(batch_size, grow_after=grow_after)
     sink = _RowSink(out, path, summary, sizer, tqdm(total=len(todo), unit="item", disable=not progress,
@@ -169,14 +172,15 @@ def _prepared_job(loaded_model: Any, items: Sequence[PromptItem],
                   seed: Optional[int], lookahead: Any, lookahead_spec: Optional[str],
                   fallback_controller: str | Controller | None, item_timeout_s: Optional[float],
                   job_timeout_s: Optional[float], t_job: float, max_retries: int, on_error: str,
-                  summary: JobSummary) -> tuple[_Job, list[WorkItem]]:
+                  summary: JobSummary, task: Any = None) -> tuple[_Job, list[WorkItem]]:
     """Validate the options, controllers and lookahead, hash the settings and plan the items: the job
     and its work items. Nothing here touches the model's weights or the output file; invalid items
     stop the job (``on_error="refuse"``) or go to ``summary.skipped``."""
     config = _job_config(config, seed)
     factory = as_factory(controller_factory)
+    probe = DecodeContext.for_batch(loaded_model.tokenizer, list(items[:1]), task=task, gen_length=config.gen_length)
     base_ctrl, fallback = _checked_controllers(factory, fallback_controller, lookahead, config,
-                                               loaded_model.denoiser)
+                                               loaded_model.denoiser, probe)
     settings_hash = short_hash(_settings(loaded_model, base_ctrl, config, lookahead, lookahead_spec, fallback))
     mask_id = int(loaded_model.denoiser.mask_token_id)
     works, problems = plan_work(items, factory, base_ctrl, config, mask_id, settings_hash)
@@ -185,7 +189,7 @@ def _prepared_job(loaded_model: Any, items: Sequence[PromptItem],
     summary.skipped += problems
     deadline = t_job + job_timeout_s if job_timeout_s is not None else None
     job = _Job(loaded_model, lookahead, fallback, settings_hash, item_timeout_s, job_timeout_s, t_job,
-               deadline, max_retries)
+               deadline, max_retries, task)
     return job, works
 
 
@@ -198,13 +202,14 @@ def _job_config(config: DecodeConfig, seed: Optional[int]) -> DecodeConfig:
 
 
 def _checked_controllers(factory: Callable[..., Controller], fallback_controller: str | Controller | None,
-                         lookahead: Any, config: DecodeConfig,
-                         denoiser: Any) -> tuple[Controller, Optional[Controller]]:
-    """Build and validate the job's controller and its fallback (each reset once on a dry run) and
-    validate the lookahead: every bad option fails here, before any work."""
+                         lookahead: Any, config: DecodeConfig, denoiser: Any,
+                         probe: DecodeContext) -> tuple[Controller, Optional[Controller]]:
+    """Build and validate the job's controller and its fallback (each reset once on a dry run, the
+    controller with ``probe``, the decode context of the job's first item) and validate the lookahead:
+    every bad option, and a context the controller needs and the job cannot give, fails here, before any work."""
     base_ctrl = factory()
     base_ctrl.validate()
-    dry_reset(base_ctrl, config, int(denoiser.mask_token_id))
+    dry_reset(base_ctrl, config, int(denoiser.mask_token_id), probe)
     if lookahead is not None and hasattr(lookahead, "validate"):
         lookahead.validate()
     fallback = None
@@ -245,6 +250,7 @@ class _Job:
     t_job: float
     deadline: Optional[float]  # monotonic time the job stops at (None: no job timeout)
     max_retries: int
+    task: Any = None  # the task the items are examples of (adec generate --task), for the decode context
 
 
 class _RowSink:
@@ -319,7 +325,7 @@ def _run_batches(queue: deque[WorkItem], job: _Job, sizer: BatchSizer, summary: 
             continue
         try:
             rows = _decode_batch(batch, job.loaded_model, job.lookahead, job.fallback, job.settings_hash,
-                                 job.item_timeout_s, job.deadline, job.job_timeout_s, job.t_job)
+                                 job.item_timeout_s, job.deadline, job.job_timeout_s, job.t_job, job.task)
         except DeadlineExceeded as exc:
             if exc.kind == "job":
                 summary.status = "job_timeout"
@@ -413,8 +419,9 @@ def _read_output(path: str, settings_hash: str, overwrite: bool, retry_errors: b
 
 def _decode_batch(batch: list[WorkItem], loaded_model: Any, lookahead: Any, fallback: Optional[Controller],
                   settings_hash: str, item_timeout_s: Optional[float], job_deadline: Optional[float],
-                  job_timeout_s: Optional[float], t_job: float) -> list[dict]:
-    """Decode one batch (all of one group and mode) into rows; raises on any failure."""
+                  job_timeout_s: Optional[float], t_job: float, task: Any = None) -> list[dict]:
+    """Decode one batch (all of one group and mode) into rows, with the batch's
+    :meth:`DecodeContext.for_batch` (its items' prompts and metas, ``task``'s spans); raises on any failure."""
     mode = batch[0].mode
     group = batch[0].group
     ctrl = fallback if mode == "fallback" else group.controller
@@ -424,8 +431,7 @@ def _decode_batch(batch: list[WorkItem], loaded_model: Any, lookahead: Any, fall
     model = DeadlineModel(loaded_model.denoiser, started, item_timeout_s, job_deadline, job_timeout_s, t_job)
     t0 = time.perf_counter()
     tok = loaded_model.tokenizer
-    context = DecodeContext(tokenizer=tok, prompt_text=[w.item.prompt for w in batch],
-                            meta=[dict(w.item.meta or {}) for w in batch])
+    context = DecodeContext.for_batch(tok, [w.item for w in batch], task=task, gen_length=group.config.gen_length)
     context = with_reference(context, model, [w.ids for w in batch], ctrl, group.config, seeds=[w.seed for w in batch])
     res = decode(model, [w.ids for w in batch], GuardedController(ctrl, controller_name(ctrl)), group.config,
                  seeds=[w.seed for w in batch], lookahead=la, context=context)

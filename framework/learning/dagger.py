@@ -21,6 +21,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from framework.engine.config import DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.controller import DecodeState
 from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
@@ -43,15 +44,17 @@ class _StateRecorder(StepRecorder):
 def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: Any, config: DecodeConfig, *,
                       seeds: Any = None, states_per_rollout: int = 4, seed: int = 0,
                       reference: str = "sequential", batch_size: int = 64,
-                      structure: Optional[dict] = None) -> RolloutDataset:
+                      structure: Optional[dict] = None, context: Optional[DecodeContext] = None) -> RolloutDataset:
     """Decode ``prompts`` with ``controller``; label up to ``states_per_rollout`` visited steps per
     prompt with the reference decode continued from each (see the module docstring); ``structure``:
-    the generation's declared structure, for the peer features."""
+    the generation's declared structure, for the peer features; ``context``: the call's decode context
+    (:meth:`DecodeContext.for_batch`; each continuation gets its rows)."""
     if states_per_rollout < 1:
         raise ValueError(f"states_per_rollout={states_per_rollout}; allowed: an integer ≥ 1")
     G = config.gen_length
     rec = _StateRecorder(controller, G, structure)
-    decode(model, prompts, rec, config, seeds=seeds)
+    context = context or DecodeContext()
+    decode(model, prompts, rec, config, seeds=seeds, context=context)
     row_seeds = sample_seeds(seeds, len(prompts), config.seed)
     # one entry per visited (row, step): its generation snapshot; each row's steps in order
     visited: dict[tuple[int, int], torch.Tensor] = {}
@@ -70,7 +73,7 @@ def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: 
     for start in range(0, len(chosen), batch_size):
         part = chosen[start:start + batch_size]
         out = decode(model, [prompts[r] for r, _ in part], ref, config, seeds=row_seeds[[r for r, _ in part]],
-                     initial=torch.stack([visited[k] for k in part]))
+                     initial=torch.stack([visited[k] for k in part]), context=context.subset([r for r, _ in part]))
         finals.update({k: out.generated[j].cpu() for j, k in enumerate(part)})
     parts: list[tuple[torch.Tensor, ...]] = []
     for X, rows, pos, x0, step, *_ in rec.records:
@@ -95,8 +98,8 @@ def build_on_policy_dataset(loaded: Any, task: Any, split: str, n: int, controll
     """:func:`collect_on_policy` over ``n`` examples of a task split (seeds as in evaluation)."""
     structure = task_generation_structure(task)
     return over_split(loaded, task, split, n,
-                      lambda prompts, seeds, cfg, start: collect_on_policy(
+                      lambda prompts, seeds, cfg, start, context: collect_on_policy(
                           loaded.denoiser, prompts, controller, cfg, seeds=seeds,
                           states_per_rollout=states_per_rollout, seed=seed + start, batch_size=batch_size,
-                          structure=structure),
+                          structure=structure, context=context),
                       config=config, batch_size=batch_size, data_seed=data_seed, progress=progress)

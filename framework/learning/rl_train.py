@@ -183,6 +183,7 @@ class _RolloutCollector:
     def _decode(self, chunk: list, epoch: int) -> tuple[RolloutDataset, list[float], list[int]]:
         """Decode one chunk of (group, example, sample) jobs with the saved current policy, sampling:
         the recorded steps, each sample's score and its NFE."""
+        from framework.engine.context import DecodeContext
         from framework.engine.evaluate import item_seeds
         from framework.engine.loop import decode
 
@@ -192,7 +193,9 @@ class _RolloutCollector:
                                                sample_temperature=self.temperature), self.config.gen_length,
                              self.start.structure)
         res = decode(self.loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, self.config,
-                     seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], self.seed))
+                     seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], self.seed),
+                     context=DecodeContext.for_batch(tok, [ex for _, ex, _ in chunk], task=task,
+                                                     gen_length=self.config.gen_length))
         correct = [float(task.score(ex, tok.decode(row, stop_at_eos=True)))
                    for (_, ex, _), row in zip(chunk, res.generated.tolist())]
         return rec.dataset().select(self.start.feature_names), correct, res.nfe.tolist()

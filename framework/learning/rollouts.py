@@ -10,6 +10,7 @@ from typing import Any, Optional, Sequence
 import torch
 
 from framework.engine.config import DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.controller import DecodeState
 from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
@@ -113,22 +114,24 @@ class _Recorder(StepRecorder):
 
 @torch.no_grad()
 def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: DecodeConfig, *,
-                     seeds: Any = None, rollout: Any = None, structure: Optional[dict] = None) -> RolloutDataset:
+                     seeds: Any = None, rollout: Any = None, structure: Optional[dict] = None,
+                     context: Optional[DecodeContext] = None) -> RolloutDataset:
     """Rows of every step of decoding ``prompts``, labelled against sequential decoding's output.
 
     Args:
         rollout: the controller whose states are recorded (default: ``sequential`` itself, then
             one decode pass is enough). Labels always come from ``sequential``'s final tokens.
         structure: the generation's declared structure, for the peer features.
+        context: the call's decode context (:meth:`DecodeContext.for_batch`), for both decodes.
     """
     G = config.gen_length
     seq = build_controller("sequential")
     rec = _Recorder(seq if rollout is None else rollout, G, structure)
     if rollout is None:
-        final = decode(model, prompts, rec, config, seeds=seeds).generated.cpu()
+        final = decode(model, prompts, rec, config, seeds=seeds, context=context).generated.cpu()
     else:
-        final = decode(model, prompts, seq, config, seeds=seeds).generated.cpu()
-        decode(model, prompts, rec, config, seeds=seeds)
+        final = decode(model, prompts, seq, config, seeds=seeds, context=context).generated.cpu()
+        decode(model, prompts, rec, config, seeds=seeds, context=context)
     if not rec.records:
         return RolloutDataset.empty()
     X, rows, pos, x0, step = (torch.cat(parts) for parts in zip(*rec.records))
@@ -139,8 +142,9 @@ def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: Decod
 def over_split(loaded: Any, task: Any, split: str, n: int, collect: Any, *,
                config: Optional[DecodeConfig] = None,
                batch_size: int = 64, data_seed: int = 0, progress: Any = None) -> RolloutDataset:
-    """``collect(prompts, seeds, config, start)`` over ``n`` examples of a task split in batches
-    (seeds as in evaluation), the parts concatenated; ``progress`` (a tqdm bar) counts prompts."""
+    """``collect(prompts, seeds, config, start, context)`` over ``n`` examples of a task split in batches
+    (seeds as in evaluation; ``context`` the batch's :meth:`DecodeContext.for_batch`), the parts
+    concatenated; ``progress`` (a tqdm bar) counts prompts."""
     from framework.engine.evaluate import item_seeds
 
     config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)
@@ -149,8 +153,8 @@ def over_split(loaded: Any, task: Any, split: str, n: int, collect: Any, *,
     parts = []
     for start in range(0, len(examples), batch_size):
         chunk = examples[start : start + batch_size]
-        parts.append(collect([tok.encode(ex.prompt) for ex in chunk],
-                             item_seeds([ex.id for ex in chunk], config.seed), config, start))
+        parts.append(collect([tok.encode(ex.prompt) for ex in chunk], item_seeds([ex.id for ex in chunk], config.seed),
+                             config, start, DecodeContext.for_batch(tok, chunk, task=task, gen_length=config.gen_length)))
         if progress is not None:
             progress.update(len(chunk))
     return RolloutDataset.concat(parts)
@@ -161,7 +165,7 @@ def build_dataset(loaded: Any, task: Any, split: str, n: int, *, config: Optiona
     """:func:`collect_rollouts` over ``n`` examples of a task split (seeds as in evaluation)."""
     structure = task_generation_structure(task)
     return over_split(loaded, task, split, n,
-                      lambda prompts, seeds, cfg,
-                      start: collect_rollouts(loaded.denoiser, prompts, cfg, seeds=seeds, rollout=rollout,
-                                              structure=structure),
+                      lambda prompts, seeds, cfg, start, context: collect_rollouts(
+                          loaded.denoiser, prompts, cfg, seeds=seeds, rollout=rollout, structure=structure,
+                          context=context),
                       config=config, batch_size=batch_size, data_seed=data_seed)

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional, Sequence
 import torch
 
 from framework.engine.config import DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.loop import decode
 from framework.learning.dagger import _StateRecorder
 from framework.learning.rollouts import RolloutDataset
@@ -92,11 +93,12 @@ def _label_step(record: tuple, checks: Sequence[Check], mask_id: int) -> Optiona
 @torch.no_grad()
 def collect_set_labelled(model: Any, prompts: Sequence[Sequence[int]], controller: Any, config: DecodeConfig,
                          checks: Sequence[Check], *, seeds: Any = None,
-                         structure: Optional[dict] = None) -> RolloutDataset:
-    """Decode ``prompts`` with ``controller`` and set-label every state it visits (module docstring);
+                         structure: Optional[dict] = None, context: Optional[DecodeContext] = None) -> RolloutDataset:
+    """Decode ``prompts`` with ``controller`` (and the call's decode ``context``,
+    :meth:`DecodeContext.for_batch`) and set-label every state it visits (module docstring);
     ``checks[r]`` is prompt ``r``'s verifier; ``structure`` the generation's declared one (peer features)."""
     rec = _StateRecorder(controller, config.gen_length, structure)
-    decode(model, prompts, rec, config, seeds=seeds)
+    decode(model, prompts, rec, config, seeds=seeds, context=context)
     parts = [p for p in (_label_step(r, checks, model.mask_token_id) for r in rec.records) if p is not None]
     if not parts:
         return RolloutDataset.empty()
@@ -121,7 +123,9 @@ def build_set_dataset(loaded: Any, task: Any, split: str, n: int, controller: An
         parts.append(collect_set_labelled(loaded.denoiser, [loaded.tokenizer.encode(ex.prompt) for ex in chunk],
                                           controller, config, checks,
                                           seeds=item_seeds([ex.id for ex in chunk], config.seed),
-                                          structure=structure))
+                                          structure=structure,
+                                          context=DecodeContext.for_batch(loaded.tokenizer, chunk, task=task,
+                                                                          gen_length=config.gen_length)))
         if progress is not None:
             progress.update(len(chunk))
     return RolloutDataset.concat(parts)

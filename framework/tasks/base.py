@@ -200,6 +200,12 @@ class Task(Configurable):
             )
         return ids + [self.tokenizer.eos_token_id] * (self.gen_length - len(ids))
 
+    def span_mask(self, example: Example, gen_length: int) -> Optional[list[bool]]:
+        """The generation positions (of ``gen_length``) that form spans of this example's answer, known
+        from the prompt alone (``number_guard``'s ``rule=meta`` commits one position per span and step);
+        ``None``: the task marks none. :meth:`framework.engine.context.DecodeContext.for_batch` reads it."""
+        return None
+
     def score(self, example: Example, output_text: str) -> float:
         """1.0 if ``output_text`` (decoded up to the first EOS) is exactly the answer, else 0.0."""
         return float(fold_whitespace(output_text) == example.answer)

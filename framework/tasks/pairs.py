@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import random
+from types import SimpleNamespace
 from typing import Optional, Sequence
 
 from framework.core.params import Param, ParameterError
@@ -66,6 +67,12 @@ class PairsTask(Task):
     @staticmethod
     def groups_of(example: Example) -> list[str]:
         return list(example.meta.get("groups") or example.prompt.rstrip(":").split(","))
+
+    def span_mask(self, example: Example, gen_length: int) -> list[bool]:
+        """The two word positions of each phrase slot (3s and 3s + 1 for the prompt's groups): one span per phrase."""
+        probe = SimpleNamespace(prompt=example.prompt, meta=dict(getattr(example, "meta", None) or {}))
+        slots = len(self.groups_of(probe))  # type: ignore[arg-type]
+        return [i < 3 * slots and i % 3 != 2 for i in range(gen_length)]
 
     def _slots(self, output_text: str) -> list[tuple[str, ...]]:
         return [tuple(part.split()) for part in fold_whitespace(output_text).split(",")]

@@ -11,6 +11,7 @@ import torch
 
 from framework.core.params import Param
 from framework.engine.config import LAYOUT_CACHE_MODES, DecodeConfig
+from framework.engine.context import DecodeContext
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.denoise import supports_cache
 from framework.engine.features import StepFeatures
@@ -18,6 +19,8 @@ from framework.engine.loop import DecodeResult, decode
 from framework.engine.reference import with_reference
 
 G = 8
+#: the characters of the harness tokenizer (digits first, so number_guard finds digit tokens)
+HARNESS_CHARS = "0123456789abcdefghijklmnopqrstuvwxyz"
 PROMPTS: tuple[tuple[int, ...], ...] = ((1, 2), (3,), (4, 5, 6), (7, 8, 9, 10))
 SEEDS: tuple[int, ...] = (11, 12, 13, 14)
 
@@ -169,7 +172,8 @@ def run_recorded(controller: Controller, model: Any, prompts: Sequence[Sequence[
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            context = with_reference(None, unrecorded, [list(p) for p in prompts], controller, config, seeds=seeds)
+            context = with_reference(harness_context(model, prompts), unrecorded, [list(p) for p in prompts],
+                                     controller, config, seeds=seeds)
             result = decode(model, [list(p) for p in prompts], spy, config, seeds=seeds,  # type: ignore[arg-type]
                             context=context)
         except ConformanceError:
@@ -180,6 +184,16 @@ def run_recorded(controller: Controller, model: Any, prompts: Sequence[Sequence[
                                    f"{type(exc).__name__}: {exc}"
                                    + (f"; before that: {'; '.join(seen)}" if seen else "")) from exc
     return result, spy
+
+
+def harness_context(model: Any, prompts: Sequence[Sequence[int]]) -> DecodeContext:
+    """The full decode context of a harness run (:meth:`DecodeContext.for_batch`), as every workflow
+    gives one: a character tokenizer over the toy's ``vocab_size`` (digits first, then letters; its
+    last three ids the specials), the prompts as its text."""
+    from framework.testing.toys import CharTokenizer
+
+    tok = CharTokenizer(alphabet=HARNESS_CHARS[: max(1, int(model.vocab_size) - 3)])
+    return DecodeContext.for_batch(tok, [tok.decode(list(p), stop_at_eos=False) for p in prompts])
 
 
 def _cached(model: Any, config: DecodeConfig) -> Any:

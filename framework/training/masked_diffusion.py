@@ -89,6 +89,7 @@ def exact_match(
 ) -> float:
     """Exact-match accuracy (``task.score``) of ``denoiser`` decoding one token per step."""
     from framework.engine.config import DecodeConfig
+    from framework.engine.context import DecodeContext
     from framework.engine.controller_io import build_controller
     from framework.engine.loop import decode
 
@@ -100,7 +101,8 @@ def exact_match(
     total = 0.0
     for i in range(0, len(examples), batch_size):
         chunk = list(examples[i : i + batch_size])
-        result = decode(denoiser, [task.prompt_ids(e) for e in chunk], ctrl, config)
+        result = decode(denoiser, [task.prompt_ids(e) for e in chunk], ctrl, config,
+                        context=DecodeContext.for_batch(tok, chunk, task=task, gen_length=config.gen_length))
         for ex, gen in zip(chunk, result.generated):
             total += task.score(ex, tok.decode(gen.tolist(), stop_at_eos=True))
     return total / len(examples)

@@ -53,8 +53,8 @@ def score_examples(loaded: LoadedModel, task: Any, controller: Controller, confi
 
     if not examples:
         return Scored([], [], [])
-    texts, results, _ = decode_texts(loaded, [ex.prompt for ex in examples], controller, config,
-                                     ids=[ex.id for ex in examples], batch_size=batch_size)
+    texts, results, _ = decode_texts(loaded, examples, controller, config, ids=[ex.id for ex in examples],
+                                     batch_size=batch_size, task=task)
     nfe = torch.cat([r.nfe for r in results]).tolist()
     return Scored([float(task.score(ex, t)) for ex, t in zip(examples, texts)], [int(n) for n in nfe],
                   answer_token_counts(task, examples, results, loaded.tokenizer))

@@ -147,14 +147,15 @@ def test_a_refresh_rewrites_the_cache_in_place_with_a_fresh_forwards_numbers(whi
     valid = torch.ones_like(cols, dtype=torch.bool)
     with torch.no_grad():
         session = CacheSession(model, "dual", None, b, torch.device("cpu"))
-        session.logits(x, attn, rows, cols, valid, torch.zeros(b, dtype=torch.long), lengths)  # first refresh
+        first = session.serve(x, attn, rows, cols, valid, torch.zeros(b, dtype=torch.long), lengths)  # a refresh
         keys = [k.data_ptr() for k in session.cache.keys]
         x[:, -3:] = 7  # the canvas moved on (tokens committed in the second block)
         cols2 = cols + 4
-        got = session.logits(x, attn, rows, cols2, valid, torch.ones(b, dtype=torch.long), lengths)
+        second = session.serve(x, attn, rows, cols2, valid, torch.ones(b, dtype=torch.long), lengths)
+        got = second.logits
         want, fresh = model.window_logits(x, attn, cols2, use_cache=True)
     assert [k.data_ptr() for k in session.cache.keys] == keys  # the same buffers, rewritten
-    assert session.refreshes.tolist() == [2] * b
+    assert first.refreshed.tolist() == second.refreshed.tolist() == [True] * b
     torch.testing.assert_close(got, want, rtol=0, atol=1e-5)
     for mine, theirs in zip(session.cache.keys + session.cache.values, fresh.keys + fresh.values):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-5)

@@ -11,7 +11,7 @@ import torch
 
 from framework.core.params import ParameterError
 from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
+from framework.engine.context import DecodeContext, MissingContextError
 from framework.engine.controller import Controller, Decision, DecodeState
 from framework.engine.controller_io import build_controller
 from framework.engine.lookahead import Lookahead
@@ -484,7 +484,7 @@ def test_number_guard_finds_digits_through_the_tokenizer():
     res = decode(m, [tok.encode("bb")], guard, DecodeConfig(gen_length=4), trace=True,
                  context=DecodeContext(tokenizer=tok))
     assert [int(r["commits"][0]) for r in res.trace] == [2, 1, 1]
-    with pytest.warns(UserWarning, match="marks no positions"):
+    with pytest.raises(MissingContextError, match="number_guard needs the tokenizer in the decode context"):
         decode(m, [tok.encode("bb")], build_controller("number_guard", inner="fast_dllm"), DecodeConfig(gen_length=4))
 
 
@@ -515,9 +515,8 @@ def test_cli_scorer_option_builds_the_lookahead():
     args = build_parser().parse_args(["decode", "--prompt", "1+2=", "--controller", "confidence_ladder",
                                       "--scorer", "logprob:0.7,repetition:1", "--lookahead", "width=2",
                                       "--lookahead", "rollout=sequential"])
-    tok = CharTokenizer()
-    la = build_lookahead(args, tokenizer=tok)
-    assert (la.width, la.rollout) == (2, "sequential") and la.context.tokenizer is tok
+    la = build_lookahead(args)
+    assert (la.width, la.rollout) == (2, "sequential")
     assert [c["name"] for c in la.get_scorer().get_components()] == ["logprob", "repetition"]
     assert build_lookahead(build_parser().parse_args(["decode", "--prompt", "x"])) is None
     with pytest.raises(ParameterError, match="weight -2"):

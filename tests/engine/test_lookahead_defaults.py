@@ -50,9 +50,8 @@ def test_defaults_decode_sudoku9_as_the_configured_escalating_rules_verifier():
     runs = []
     for la in (configured, default):
         params = dict(row["params"], base={"name": "margin_topk", "params": {"eta": 0.9}})  # a point of its sweep
-        _, results, gen = decode_texts(loaded, [e.prompt for e in examples], build_controller(row["controller"], **params),
-                                       cfg, ids=[e.id for e in examples], lookahead=la,
-                                       metas=[dict(e.meta) for e in examples])
+        _, results, gen = decode_texts(loaded, examples, build_controller(row["controller"], **params),
+                                       cfg, ids=[e.id for e in examples], lookahead=la, task=task)
         (res,) = results
         runs.append((gen, res.nfe.tolist(), res.lookahead_nfe.tolist(), res.escalations.tolist()))
     assert runs[0] == runs[1]

@@ -114,8 +114,6 @@ class Lookahead(Configurable):
     Args:
         scorer: a :class:`framework.engine.scorer.Scorer` or a ``--scorer`` spec string.
         budget: most extra NFE per sample over the whole decode (0 = no lookahead).
-        context: a :class:`framework.engine.scorer.ScoringContext` (tokenizer, prompt texts, meta);
-            per-call values in ``state.context`` win.
         width, hold, escalate, positions, branch: which candidates (:class:`Branching`).
         rollout, rollout_threshold, max_depth, advance, complete: how a candidate is rolled out
             (:class:`Rollout`).
@@ -143,7 +141,6 @@ class Lookahead(Configurable):
         lazy: bool = True,
         branch_pll: bool = True,
         budget: int = 128,
-        context: Optional[ScoringContext] = None,
     ) -> None:
         self.scorer = scorer
         self.width = width
@@ -161,7 +158,6 @@ class Lookahead(Configurable):
         self.lazy = lazy
         self.branch_pll = branch_pll
         self.budget = budget
-        self.context = context
 
     @classmethod
     def build(cls, **params: Any) -> "Lookahead":

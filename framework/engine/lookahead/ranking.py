@@ -15,7 +15,7 @@ escalation, the branch candidates) and a row stops at the first that reaches the
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import torch
 
@@ -57,8 +57,6 @@ class Ranking(Configurable):
             position and candidate (counted), so joint candidates are ranked by their
             pseudo-likelihood rather than by a product of marginals. Kept though no configured
             experiment sets ``positions`` ≥ 2: without it the garden toy's joint mode is lost.
-        context: a :class:`framework.engine.scorer.ScoringContext` (tokenizer, prompt texts, meta);
-            per-call values in ``state.context`` win.
     """
 
     params = {
@@ -70,13 +68,12 @@ class Ranking(Configurable):
     }
 
     def __init__(self, scorer: "Scorer | str" = "logprob", rescore: str = "none", hold_bonus: float = 0.0,
-                 lazy: bool = True, branch_pll: bool = True, context: Optional[ScoringContext] = None) -> None:
+                 lazy: bool = True, branch_pll: bool = True) -> None:
         self.scorer = scorer
         self.rescore = rescore
         self.hold_bonus = hold_bonus
         self.lazy = lazy
         self.branch_pll = branch_pll
-        self.context = context
 
     def check_combination(self) -> None:
         if not isinstance(self.scorer, (Scorer, str)):
@@ -86,18 +83,10 @@ class Ranking(Configurable):
         """The scorer (a spec string is parsed once and kept until it changes)."""
         return resolve_scorer(self)
 
-    def scoring_context(self, state: DecodeState, model: Any) -> ScoringContext:
-        """The scorer's context: the call's tokenizer, prompts and metas (``state.context``) over ``context``."""
-        base = self.context or ScoringContext()
-        ctx = state.context
-        return ScoringContext(
-            tokenizer=ctx.tokenizer if ctx.tokenizer is not None else base.tokenizer,
-            denoiser=base.denoiser if base.denoiser is not None else model,
-            prompt_text=ctx.prompt_text if ctx.prompt_text is not None else base.prompt_text,
-            meta=ctx.meta if ctx.meta is not None else base.meta,
-            resources=base.resources,
-            special_ids=base.special_ids,
-        )
+    @staticmethod
+    def scoring_context(state: DecodeState, model: Any) -> ScoringContext:
+        """The scorer's context: the call's tokenizer, prompts and metas (``state.context``) and the model."""
+        return ScoringContext.of_decode(state.context, model)
 
     def cost_per_candidate(self, model: Any, f: StepFeatures, plan: CandidatePlan) -> torch.Tensor:
         """Forwards each candidate of a plan row costs beyond its rollout ``[R]``: the branch

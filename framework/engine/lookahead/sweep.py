@@ -10,7 +10,7 @@ import torch
 from framework.core.measure import tokens_per_forward
 from framework.engine.context import DecodeContext
 from framework.engine.lookahead.facade import Lookahead
-from framework.engine.scorer import Scorer, ScoringContext
+from framework.engine.scorer import Scorer
 
 
 def lookahead_sweep(
@@ -24,9 +24,9 @@ def lookahead_sweep(
     examples of ``split`` with the same per-item seeds. ``depth`` caps the controller's
     ``Decision.depth`` (``max_depth``), so use a controller that asks for deep lookahead (e.g.
     ``confidence_ladder`` with ``d_max ≥ max(depths)``); the other :class:`Lookahead` keys come in
-    ``lookahead_params`` (``budget`` caps the extra NFE per sample). Decoding gets a ``DecodeContext`` with the
-    tokenizer and each example's prompt text and meta, so text scorers and ``compliance(numbers=meta)``
-    see them.
+    ``lookahead_params`` (``budget`` caps the extra NFE per sample). Decoding gets each batch's
+    ``DecodeContext.for_batch`` (the tokenizer, each example's prompt text and meta, the task's spans), so
+    text scorers and ``compliance(numbers=meta)`` see them.
 
     Row keys: ``width, depth, accuracy, nfe, lookahead_nfe, tpf, fallbacks, peak_mem_mb,
     seconds`` and, for tasks with ``joint_coherence`` (pairs), ``valid_slots`` and
@@ -37,8 +37,7 @@ def lookahead_sweep(
     settings += [(w, d) for w in widths for d in depths]
     rows = []
     for w, d in settings:
-        la = None if w == 0 else Lookahead(scorer=scorer, width=w, max_depth=d,
-                                           context=ScoringContext(tokenizer=loaded.tokenizer), **lookahead_params)
+        la = None if w == 0 else Lookahead(scorer=scorer, width=w, max_depth=d, **lookahead_params)
         rows.append({"width": w, "depth": d, **_sweep_point(loaded, task, controller, config, la, examples,
                                                             batch_size)})
     return rows
@@ -60,8 +59,7 @@ def _sweep_point(loaded: Any, task: Any, controller: Any, config: Any, la: Any, 
             chunk = examples[i : i + batch_size]
             res = decode(loaded.denoiser, [tok.encode(e.prompt) for e in chunk], controller, config,
                          seeds=item_seeds([e.id for e in chunk], config.seed), lookahead=la,
-                         context=DecodeContext(tokenizer=tok, prompt_text=[e.prompt for e in chunk],
-                                               meta=[dict(e.meta, task=task.name) for e in chunk]))
+                         context=DecodeContext.for_batch(tok, chunk, task=task, gen_length=config.gen_length))
             texts += [tok.decode(g.tolist(), stop_at_eos=True) for g in res.generated]
             results.append(res)
             nfe.append(res.nfe)
