@@ -29,8 +29,8 @@ from framework.cli.options import (
     resolve_decoding,
 )
 from framework.core.params import parse_assignments
-from framework.engine.layout import config_for_model
 from framework.engine.controller_io import build_controller
+from framework.engine.layout import config_for_model
 from framework.jobs.errors import JobInputError, OutputFileError
 from framework.jobs.plan import check_items, check_job_options
 from framework.jobs.runner import run_generation_job
