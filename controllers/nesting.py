@@ -133,6 +133,10 @@ class Wrapper(Controller):
     def verifies(self) -> bool:  # type: ignore[override]
         return bool(getattr(self.inner_controller(), "verifies", False))
 
+    def stay_limit(self) -> int:
+        """The inner controller's: a wrapper keeps its blocks open as long as the inner one asks."""
+        return int(self.inner_controller().stay_limit())
+
     def reset(self, state: DecodeState) -> None:
         super().reset(state)
         self._inner.reset(state)

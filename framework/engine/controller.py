@@ -40,6 +40,11 @@ class Decision:
         next_block_length: long ``[B]`` length of the next semi-autoregressive block.
         remask: bool ``[B, W]``, decided slots to return to the mask (revocable decoding;
             only ``features.revocable`` slots count, within the loop's re-mask bounds).
+        edit: bool ``[B, W]``, decided slots whose token is rewritten with ``tokens`` (token-to-token
+            editing, LLaDA2.1's T2T; slots not committed this step, counted where the token changes).
+        stay: bool ``[B]``, keep the row in its current block for another step although no position
+            of it is masked (editing after the masks are gone), within the controller's
+            :meth:`Controller.stay_limit` steps a block.
         info: per-sample tensors worth tracing (e.g. the current η), logged with ``trace=True``.
     """
 
@@ -49,6 +54,8 @@ class Decision:
     depth: Optional[torch.Tensor] = None
     next_block_length: Optional[torch.Tensor] = None
     remask: Optional[torch.Tensor] = None
+    edit: Optional[torch.Tensor] = None
+    stay: Optional[torch.Tensor] = None
     info: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
@@ -105,6 +112,8 @@ class Controller(Configurable):
     revocable: ClassVar[bool] = False
     #: set by controllers that read ``features.verify_prob`` (the loop then runs the verification)
     verifies: ClassVar[bool] = False
+    #: set by controllers that may return ``Decision.edit`` (token-to-token editing of decided slots)
+    edits: ClassVar[bool] = False
     #: set by controllers that need a reference decode y* (``state.context.reference_tokens``
     #: ``[B, G]``): the name of the parameter holding the reference controller's spec. Callers
     #: (``evaluate``, :func:`framework.engine.reference.reference_tokens`) decode the same prompts,
@@ -120,6 +129,11 @@ class Controller(Configurable):
 
     def decide(self, features: StepFeatures, state: DecodeState) -> Decision:  # pragma: no cover
         raise NotImplementedError
+
+    def stay_limit(self) -> int:
+        """The most steps a row may stay in a block with no masked position (``Decision.stay``); the
+        loop enforces it, so decoding always ends. Default 0: a block ends when it is decided."""
+        return 0
 
     def describe(self) -> str:
         """One line for ``adec list``: the first docstring line."""

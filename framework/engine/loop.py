@@ -61,6 +61,7 @@ class DecodeResult:
     a token because the controller committed none, ``cache_refreshes`` the full forwards that
     refreshed the KV cache (part of ``nfe``; ``None`` counts as 0 with ``cache='none'``),
     ``remasks`` the decided tokens returned to the mask per sample (revocable decoding),
+    ``edits`` the decided tokens rewritten per sample (token-to-token editing, ``Decision.edit``),
     ``escalations`` the lookahead steps whose winner was an escalation candidate (``Lookahead.escalate``),
     ``answer_tokens`` the answer's positions per sample: up to and including the first end-of-text
     (the context's ``eos_token_ids``), all G where none occurs (what tokens per forward counts,
@@ -75,6 +76,7 @@ class DecodeResult:
     lookahead_nfe: torch.Tensor
     forced: torch.Tensor
     remasks: torch.Tensor | None = None
+    edits: torch.Tensor | None = None
     forward_seconds: float = 0.0
     total_seconds: float = 0.0
     fallbacks: torch.Tensor | None = None
@@ -162,7 +164,8 @@ def decode(
     config = config_for_model(config or DecodeConfig(), model)
     run = start_run(model, prompts, controller, config, seeds=seeds, lookahead=lookahead, trace=trace,
                     context=context, initial=initial)
-    max_steps = config.gen_length + 1 + config.effective_remask_budget  # ≥ 1 commit a step, ≤ budget re-masks
+    # ≥ 1 commit a step, ≤ budget re-masks, ≤ stay_limit steps without a mask in each block
+    max_steps = (config.gen_length + 1) * (1 + controller.stay_limit()) + config.effective_remask_budget
     handoff = Handoff()  # forwards the last step's lookahead ran on the canvas the next step decodes
     for _ in range(max_steps):
         window = gather_window(run)
@@ -259,7 +262,7 @@ def finish(run: Run) -> DecodeResult:
     generated = cv.x.gather(1, cv.gen_index)
     return DecodeResult(
         tokens=cv.x, generated=generated, gen_start=cv.gen_start, nfe=c.nfe, steps=c.steps,
-        lookahead_nfe=c.lookahead_nfe, forced=c.forced, remasks=c.remasks, forward_seconds=run.forward_seconds,
+        lookahead_nfe=c.lookahead_nfe, forced=c.forced, remasks=c.remasks, edits=c.edits, forward_seconds=run.forward_seconds,
         total_seconds=synced_clock(cv.x.device) - run.t_start, fallbacks=c.fallbacks, trace=run.records,
         cache_refreshes=c.cache_refreshes, escalations=c.escalations,
         answer_tokens=answer_lengths(generated, run.state.context.eos_token_ids),

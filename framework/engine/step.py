@@ -73,6 +73,9 @@ class Counters:
     forced: torch.Tensor
     lookahead_nfe: torch.Tensor
     remasks: torch.Tensor
+    edits: torch.Tensor
+    stay: torch.Tensor
+    stay_steps: torch.Tensor
     escalations: torch.Tensor
     fallbacks: torch.Tensor
     cache_refreshes: torch.Tensor
@@ -90,7 +93,8 @@ class Counters:
         next_len = torch.full((batch,), block_length, dtype=torch.long, device=device)
         end = next_len.clone().clamp(max=gen_length) if first_end is None else first_end.to(device).long()
         return cls(nfe=zeros(), steps=zeros(), block_step=zeros(), block_index=zeros(), forced=zeros(),
-                   lookahead_nfe=zeros(), remasks=zeros(), escalations=zeros(), fallbacks=zeros(),
+                   lookahead_nfe=zeros(), remasks=zeros(), edits=zeros(), stay=zeros().bool(), stay_steps=zeros(),
+                   escalations=zeros(), fallbacks=zeros(),
                    cache_refreshes=zeros(), block_start=zeros(), block_end=end, next_len=next_len,
                    block_masked_at_start=zeros())
 
@@ -257,6 +261,7 @@ def advance_blocks(c: Counters, masked: torch.Tensor, rel: torch.Tensor, unfinis
         c.block_end = torch.where(need, (c.block_end + c.next_len).clamp(max=gen_length), c.block_end)
         c.block_index = c.block_index + need.long()
         c.block_step = torch.where(need, torch.zeros_like(c.block_step), c.block_step)
+        c.stay_steps = torch.where(need, torch.zeros_like(c.stay_steps), c.stay_steps)
         in_block = masked & (rel >= c.block_start[:, None]) & (rel < c.block_end[:, None])
         c.block_masked_at_start = torch.where(need, in_block.sum(1), c.block_masked_at_start)
 
@@ -282,10 +287,10 @@ def gather_window(run: Run) -> Optional[Window]:
     cv, c = run.canvas, run.counters
     masked = stop_after_eos_blocks(run, (cv.x == run.mask_id) & cv.in_gen)
     n_masked = masked.sum(1)
-    unfinished = n_masked > 0
+    unfinished = (n_masked > 0) | c.stay  # a row the controller keeps in its block for editing too
     if not unfinished.any():
         return None
-    advance_blocks(c, masked, cv.rel, unfinished, run.config.gen_length)
+    advance_blocks(c, masked, cv.rel, unfinished & ~c.stay, run.config.gen_length)
     rows = unfinished.nonzero().squeeze(1)
     full = rows.numel() == cv.x.shape[0]
     sub = (lambda t: t) if full else (lambda t: t[rows])  # noqa: E731
@@ -435,9 +440,12 @@ def commit(run: Run, w: Window, feats: StepFeatures, decision: Decision, refined
         xs = eos_fill(xs, trigger, w.sub(cv.rel), w.sub(cv.in_gen), run.mask_id, int(eos_id))
     rev = w.sub(cv.revocable)
     rev[r_idx, w.cols[r_idx, c_idx]] = True
+    if decision.edit is not None:
+        edit(run, w, decision.edit & ~mask, refined.tokens, xs)
     remasked = None
     if decision.remask is not None:
         remasked = remask(run, w, decision.remask, mask, xs, rev)
+    keep_in_block(run, w, decision, feats)
     if w.full:
         cv.x, cv.revocable = xs, rev
     else:
@@ -448,6 +456,27 @@ def commit(run: Run, w: Window, feats: StepFeatures, decision: Decision, refined
     if decision.next_block_length is not None:
         c.next_len[w.rows] = decision.next_block_length.to(c.next_len).clamp(min=1)
     return StepOutcome(commit=mask, commit_rows=r_idx, commit_slots=c_idx, remasked=remasked)
+
+
+def edit(run: Run, w: Window, wanted: torch.Tensor, tokens: torch.Tensor, xs: torch.Tensor) -> None:
+    """Token-to-token editing: rewrite the decided slots ``wanted`` ``[b, W]`` of the window with
+    ``tokens`` (in ``xs`` in place; never a masked slot, a pad slot or the mask id); count, per row,
+    the slots whose token changed."""
+    ed = wanted.bool() & w.valid & (w.tokens != run.mask_id) & (tokens != run.mask_id) & (tokens != w.tokens)
+    r_idx, s_idx = ed.nonzero(as_tuple=True)
+    xs[r_idx, w.cols[r_idx, s_idx]] = tokens[r_idx, s_idx]
+    run.counters.edits[w.rows] += ed.sum(1)
+
+
+def keep_in_block(run: Run, w: Window, decision: Decision, feats: StepFeatures) -> None:
+    """``Decision.stay``: keep a row in its block for another step, at most the controller's
+    :meth:`~framework.engine.controller.Controller.stay_limit` steps with no masked position a block."""
+    c = run.counters
+    c.stay_steps[w.rows] += (~feats.eligible.any(1)).long()
+    if decision.stay is None:
+        c.stay[w.rows] = False
+        return
+    c.stay[w.rows] = decision.stay.bool() & (c.stay_steps[w.rows] < run.controller.stay_limit())
 
 
 def remask(run: Run, w: Window, wanted: torch.Tensor, committed: torch.Tensor, xs: torch.Tensor,

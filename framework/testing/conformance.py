@@ -35,7 +35,8 @@ The checks (:func:`controller_checks` yields them in this order), all on small t
 ``progress``              every step commits ≥ 1 position in every row that has eligible positions
                           (so ``DecodeResult.forced == 0``), on mixed, all-confident and
                           none-confident toys, and decoding finishes.
-``decided_positions``     commits ⊆ ``features.eligible``; prompt and committed tokens never change.
+``decided_positions``     commits ⊆ ``features.eligible``; prompt and committed tokens never change
+                          (a controller that ``edits`` may rewrite generated tokens, never the prompt).
 ``semi_ar_blocks``        all of the above hold inside semi-autoregressive blocks.
 ``revocable_bounds``      revocable decoding: ``Decision.remask`` only names ``features.revocable``
                           slots; a decided token changes only back to the mask (``decided_positions``);
@@ -318,10 +319,13 @@ def check_decided_positions(cls_or_name: Any, block_length: Optional[int] = None
             frames = [c for c in rec.canvases if c.shape[0] == 1] + [result.tokens]  # not batched probes
             n = len(prompt)
             revocable = bool(getattr(make_controller(cls), "revocable", False))
+            editing = bool(getattr(make_controller(cls), "edits", False))
             for t, (before, after) in enumerate(zip(frames, frames[1:])):
                 decided = before != rec.mask_token_id
                 if revocable:  # re-masking is allowed; a token never turns into another one directly
                     decided &= after != rec.mask_token_id
+                if editing:  # token-to-token editing may rewrite decided generated tokens, never the prompt
+                    decided[:, n:] = False
                 if not torch.equal(before[decided], after[decided]) or before[0, :n].tolist() != list(prompt):
                     fail_check(f"prompt {list(prompt)}: a decided token changed between forward {t} and {t + 1}: "
                           f"{before[0].tolist()} -> {after[0].tolist()}")

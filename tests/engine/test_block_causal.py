@@ -197,3 +197,79 @@ def test_the_block_cache_is_refused_on_a_full_attention_model():
                                              r"prefix, dual"):
         decode(ContextToyDenoiser(vocab_size=16), [[1, 2]], build_controller("sequential"),
                DecodeConfig(gen_length=4, cache="block"))
+
+
+@torch.no_grad()
+def llada21_generate(ref, prompt: list[int], *, gen_length: int, block_length: int = BS, threshold: float = 0.95,
+                     editing_threshold: float = 0.9, max_post_steps: int = 16,
+                     num_to_transfer: int = 1) -> tuple[list[int], int, int]:
+    """LLaDA2.1's ``generate`` (joint threshold with token-to-token editing; dllm's
+    ``dllm/pipelines/llada21/models/modeling_llada21_moe.py``) at temperature 0, batch 1, without
+    ``eos_early_stop`` (its default), defects fixed as above: the generated tokens, forwards, edits."""
+    P = len(prompt)
+    nb = -(-(P + gen_length) // block_length)
+    tril = torch.tril(torch.ones(nb, nb)).repeat_interleave(block_length, 0).repeat_interleave(block_length, 1)
+    x = torch.full((1, nb * block_length), MASK, dtype=torch.long)
+    x[0, :P] = torch.tensor(prompt)
+    nfe = edits = 0
+    for k in range(P // block_length, nb):
+        start, end = k * block_length, (k + 1) * block_length
+        prompt_in_block = torch.arange(start, end) < P
+        post = 0
+        while True:
+            old = x[0, start:end].clone()
+            active = old == MASK
+            if not active.any():
+                post += 1
+                if post > max_post_steps:
+                    break
+            logits = ref(x[:, :end], attention_mask=tril[:end, :end].bool()[None, None],
+                         position_ids=torch.arange(end)[None]).logits[0, -block_length:].float()
+            nfe += 1
+            logits[:, MASK] = float("-inf")
+            probs = torch.softmax(logits, -1)
+            x0 = probs.argmax(-1)
+            p = probs.gather(-1, x0[:, None])[:, 0]
+            transfer = torch.zeros_like(active)
+            if active.any():
+                high = (p > threshold) & active
+                if int(high.sum()) >= num_to_transfer:
+                    transfer = high
+                else:
+                    conf = torch.where(active, p, torch.tensor(float("-inf")))
+                    transfer[torch.topk(conf, k=min(num_to_transfer, int(active.sum()))).indices] = True
+            edit = ~active & ~prompt_in_block & (p > editing_threshold) & (x0 != old)
+            x[0, start:end][transfer | edit] = x0[transfer | edit]
+            edits += int(edit.sum())
+            if not active.any() and not edit.any():
+                break
+    return x[0, P:P + gen_length].tolist(), nfe, edits
+
+
+@pytest.mark.parametrize("threshold, editing_threshold, max_post_steps", [(0.95, 0.9, 16), (0.6, 0.5, 3),
+                                                                          (0.3, 0.2, 1), (0.3, 0.2, 0)])
+@pytest.mark.parametrize("cache", ["none", "block"])
+def test_joint_threshold_is_token_nfe_and_edit_identical_to_llada21_generate(models, threshold, editing_threshold,
+                                                                           max_post_steps, cache):
+    den, ref = models
+    ctrl = build_controller("llada21", threshold=threshold, editing_threshold=editing_threshold,
+                            max_post_steps=max_post_steps)
+    for prompt, G in CASES:
+        want, nfe, edits = llada21_generate(ref, prompt, gen_length=G, threshold=threshold,
+                                            editing_threshold=editing_threshold, max_post_steps=max_post_steps)
+        res = decode(den, [prompt], ctrl, DecodeConfig(gen_length=G, cache=cache, eos_stop=False))
+        assert res.generated[0].tolist() == want, (prompt, threshold)
+        assert (int(res.nfe[0]), int(res.edits[0])) == (nfe, edits), (prompt, threshold)
+
+
+def test_the_joint_threshold_cases_edit_and_use_post_steps(models):
+    """The designed cases are not all one path: tokens are edited, and blocks take forwards after
+    their masks are gone (more forwards than the masked positions' steps)."""
+    den, ref = models
+    edits = post = 0
+    for prompt, G in CASES:
+        _, nfe, e = llada21_generate(ref, prompt, gen_length=G, threshold=0.3, editing_threshold=0.2,
+                                     max_post_steps=3)
+        edits += e
+        post += nfe > G // 2
+    assert edits > 0 and post > 0
