@@ -429,7 +429,7 @@ def commit(run: Run, w: Window, feats: StepFeatures, decision: Decision, refined
     cfg, cv, c = run.config, run.canvas, run.counters
     had_commit = refined.commit.any(1)
     mask = ensure_progress(refined.commit, feats.eligible, feats.confidence)
-    c.forced[w.rows] += (~had_commit).long()
+    c.forced[w.rows] += (~had_commit & feats.eligible.any(1)).long()  # a step kept for editing has none to force
     r_idx, c_idx = mask.nonzero(as_tuple=True)
     xs = w.canvas
     xs[r_idx, w.cols[r_idx, c_idx]] = refined.tokens[r_idx, c_idx]
