@@ -85,7 +85,7 @@ class LLaDA2Threshold(Controller):
         high = f.eligible & (f.confidence > self.threshold)
         enough = high.sum(1) >= n
         commit = torch.where(enough[:, None], high, select_topk(f.confidence, f.eligible, n))
-        return Decision(commit=commit, info={"n_commit": commit.sum(1), "scheduled": n})
+        return Decision(commit=commit, info={"n_commit": commit.sum(1), "scheduled": n, "fallback": ~enough})
 
 
 @CONTROLLERS.register("sdar", aliases=("sdar_dynamic",))
@@ -153,13 +153,14 @@ class FastDLLMv2SubBlock(Controller):
             return f.window_index % state.config.effective_block_length
         return f.position - f.block_start[:, None]
 
-    def sub_block_commit(self, f: StepFeatures, state: DecodeState) -> torch.Tensor:
-        """The threshold rule on the first sub-block (in block order) that has an eligible slot."""
+    def sub_block_commit(self, f: StepFeatures, state: DecodeState) -> tuple[torch.Tensor, torch.Tensor]:
+        """On the first sub-block (in block order) with an eligible slot: the slots above τ, and the most
+        confident one (committed with them)."""
         sub = self.offset_in_block(f, state) // self.small_block_size
         none = torch.iinfo(torch.long).max
         current = torch.where(f.eligible, sub, torch.full_like(sub, none)).amin(1)
         here = f.eligible & (sub == current[:, None])
-        return (here & (f.confidence > self.threshold)) | select_topk(f.confidence, here, 1)
+        return here & (f.confidence > self.threshold), select_topk(f.confidence, here, 1)
 
     def first_of_block(self, f: StepFeatures, state: DecodeState) -> torch.Tensor:
         """``[B, W]``: at a row's first step in a block, its slot at the model block's start (not column 0)."""
@@ -170,12 +171,15 @@ class FastDLLMv2SubBlock(Controller):
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         first = self.first_of_block(f, state)
-        commit = torch.where(first.any(1, keepdim=True), first, self.sub_block_commit(f, state))
+        alone = first.any(1, keepdim=True)
+        high, best = self.sub_block_commit(f, state)
+        commit = torch.where(alone, first, high | best)
         ends = end_ids(state) if state.config.stops_at_eos_block else ()
         fill = finished_by_end(commit, f.x0, f.eligible, state.context.canvas, ends)
         tokens = torch.where(fill, torch.full_like(f.x0, ends[0]), f.x0) if ends else f.x0
-        return Decision(commit=commit | fill, tokens=tokens,
-                        info={"n_commit": (commit | fill).sum(1), "first_alone": first.any(1)})
+        info = {"n_commit": (commit | fill).sum(1), "first_alone": alone[:, 0],
+                "above": (high & ~alone).sum(1), "end_fill": fill.sum(1)}
+        return Decision(commit=commit | fill, tokens=tokens, info=info)
 
 
 def end_ids(state: DecodeState) -> tuple[int, ...]:
