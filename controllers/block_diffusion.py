@@ -90,8 +90,9 @@ class LLaDA2Threshold(Controller):
 
 @CONTROLLERS.register("sdar", aliases=("sdar_dynamic",))
 class SDARDynamic(LLaDA2Threshold):
-    """SDAR's low_confidence_dynamic: every masked position with p(x0) > τ when at least the step's
-    quota q_j passes, else the q_j most confident masked ones (module docstring)."""
+    """SDAR's low_confidence_dynamic: masked positions with p(x0) > τ if ≥ q_j pass, else the q_j most confident.
+
+    q_j is step j's quota of the block (module docstring); the fallback picks masked positions only."""
 
     params = {
         "threshold": Param(float, low=0.0, high=1.0, doc="confidence τ a position must exceed (strictly)",
@@ -118,8 +119,9 @@ class SDARDynamic(LLaDA2Threshold):
 
 @CONTROLLERS.register("fast_dllm_v2", aliases=("fast_dllm_v2_subblock",))
 class FastDLLMv2SubBlock(Controller):
-    """Fast-dLLM v2's sub-block rule: in the first sub-block with masks, every masked position with
-    p(x0) > τ and the most confident one; a block's first position alone at its first step."""
+    """Fast-dLLM v2's sub-block rule: in the first sub-block with masks, p(x0) > τ and the most confident.
+
+    A block's first position is committed alone at its first step (module docstring)."""
 
     kind = "baseline"
     params = {
@@ -138,7 +140,9 @@ class FastDLLMv2SubBlock(Controller):
     (docs/models.md). The mask id is never a prediction (the published argmax may pick it and then
     loops forever); a prompt of exactly one block is attended (the published code ignores it); the
     block mask is the checkpoint's block size (the published decoding forwards use 32). The
-    approximate sub-block cache (``use_block_cache``) is not a cache mode.
+    published loop stops a block whose first end-of-text has no mask before it, leaving the masks
+    after it; here (with ``eos_stop``) they are committed as end-of-text in that step: the same
+    answer. The approximate sub-block cache (``use_block_cache``) is not a cache mode.
     """
 
     def __init__(self, threshold: float = 0.9, small_block_size: int = 8, first_token_alone: bool = True) -> None:

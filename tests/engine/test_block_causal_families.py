@@ -44,7 +44,7 @@ import torch
 
 from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
+from framework.engine.loop import DecodeResult, decode
 from framework.models.arch import load_architecture
 from framework.models.own import OwnArchitectureDenoiser
 
@@ -178,7 +178,9 @@ SDAR_CASES = [([5, 6, 7], 13), ([8, 9, 10, 11], 12), ([12, 13, 14, 15, 16, 17], 
               ([20, 21, 22, 23, 24, 25, 26, 27], 12), ([40, 41, 42, 43, 44], 15)]
 
 
-def run(den, prompts: list[list[int]], controller: str, G: int, cache: str = "none", trace: bool = False, **params):
+def run(den, prompts: list[list[int]], controller: str, G: int, cache: str = "none", trace: bool = False,
+        **params) -> DecodeResult:
+    """``decode`` with the named controller built from ``params``."""
     return decode(den, prompts, build_controller(controller, **params), DecodeConfig(gen_length=G, cache=cache),
                   trace=trace)
 
