@@ -16,9 +16,9 @@ by step) with the defects fixed that docs/models.md lists:
 In both, the mask id is never a prediction: its logit is removed before the softmax (the engine's
 zero-masking; the published argmax may pick it, and Fast-dLLM v2 then loops forever).
 
-What the engine does differently, by design, is in the NFE only (docs/models.md, "SDAR and
-Fast-dLLM v2 on the engine"): it stores a finished block in the next block's first forward and
-builds the prompt's cache in the first decoding forward, so
+What the engine does differently, by design, is in the NFE only (docs/models.md, "SDAR on the
+engine" and "Fast-dLLM v2 on the engine"): it stores a finished block in the next block's first
+forward and builds the prompt's cache in the first decoding forward, so
 
 * SDAR: NFE = reference NFE − blocks decoded − [P ≥ b] (the reference's store and prefill forwards);
 * Fast-dLLM v2: the reference takes a block's first token from the forward that stores the block
