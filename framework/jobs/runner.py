@@ -134,8 +134,7 @@ def run_generation_job(
         retry_errors: drop the error rows already in the output and decode those items again.
         overwrite: start the output from scratch.
         grow_after: clean batches before the batch size grows again after an OOM.
-        progress: show a tqdm bar (items/s, tokens/s, batch size).
-        fsync: ``fsync`` after every batch (off only in benchmarks of the writer itself).
+        progress / fsync: a tqdm bar (items/s, tokens/s, batch size) / ``fsync`` after every batch.
         log: where messages go (default: stderr, above the progress bar).
 
     Raises (all before any work): :class:`ParameterError` for a bad option or parameter value,
