@@ -59,6 +59,12 @@ class Decision:
     info: dict[str, torch.Tensor] = field(default_factory=dict)
 
 
+def stay_limit_of(controller: Any) -> int:
+    """:meth:`Controller.stay_limit` of ``controller``, 0 for a duck-typed one that has none."""
+    limit = getattr(controller, "stay_limit", None)
+    return int(limit()) if callable(limit) else 0
+
+
 @dataclass
 class DecodeState:
     """What the loop knows beyond the features: configuration, seeds, controller memory and the

@@ -44,7 +44,7 @@ import torch
 from framework.core.measure import answer_lengths, synced_clock
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
-from framework.engine.controller import Controller, DecodeState
+from framework.engine.controller import Controller, DecodeState, stay_limit_of
 from framework.engine.denoise import CacheSession, supports_shadow
 from framework.engine.layout import config_for_model, first_block_ends
 from framework.engine.step import Canvas, Counters, Handoff, Run, gather_window, step
@@ -165,7 +165,7 @@ def decode(
     run = start_run(model, prompts, controller, config, seeds=seeds, lookahead=lookahead, trace=trace,
                     context=context, initial=initial)
     # ≥ 1 commit a step, ≤ budget re-masks, ≤ stay_limit steps without a mask in each block
-    max_steps = (config.gen_length + 1) * (1 + controller.stay_limit()) + config.effective_remask_budget
+    max_steps = (config.gen_length + 1) * (1 + stay_limit_of(controller)) + config.effective_remask_budget
     handoff = Handoff()  # forwards the last step's lookahead ran on the canvas the next step decodes
     for _ in range(max_steps):
         window = gather_window(run)

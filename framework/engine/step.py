@@ -30,7 +30,7 @@ import torch
 
 from framework.core.measure import synced_clock
 from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision, DecodeState
+from framework.engine.controller import Controller, Decision, DecodeState, stay_limit_of
 from framework.engine.denoise import (
     CacheSession,
     Served,
@@ -476,7 +476,7 @@ def keep_in_block(run: Run, w: Window, decision: Decision, feats: StepFeatures) 
     if decision.stay is None:
         c.stay[w.rows] = False
         return
-    c.stay[w.rows] = decision.stay.bool() & (c.stay_steps[w.rows] < run.controller.stay_limit())
+    c.stay[w.rows] = decision.stay.bool() & (c.stay_steps[w.rows] < stay_limit_of(run.controller))
 
 
 def remask(run: Run, w: Window, wanted: torch.Tensor, committed: torch.Tensor, xs: torch.Tensor,

@@ -114,6 +114,15 @@ def feature_matrix(f: StepFeatures, gen_length: int, structure: Optional[dict] =
     return torch.stack(cols, dim=-1)
 
 
+def row_block_length(f: StepFeatures, window: int) -> torch.Tensor:
+    """Each row's own block length ``[B, 1]`` (not the padded window's, which depends on the batch);
+    the window width where the features carry no block bounds."""
+    start, end = getattr(f, "block_start", None), getattr(f, "block_end", None)
+    if start is None or end is None:
+        return torch.full((1, 1), float(max(1, window)))
+    return (end - start).clamp(min=1).float()[:, None]
+
+
 def dependence_columns(f: StepFeatures) -> list[torch.Tensor]:
     """The eight dependence columns of :data:`FEATURE_NAMES`, each float ``[B, W]``: neighbours' confidence
     and uncertainty, and the distance to, confidence of and confidence gap to the nearest other
@@ -133,7 +142,7 @@ def dependence_columns(f: StepFeatures) -> list[torch.Tensor]:
     other = unc[:, None, :] & ~torch.eye(pos.shape[1], dtype=torch.bool, device=pos.device)[None]
     dist = torch.where(other, dist, torch.full_like(dist, float("inf")))
     nearest, j = dist.min(2)
-    width = (f.block_end - f.block_start).clamp(min=1).float()[:, None]  # the row's own block, not the padded W
+    width = row_block_length(f, pos.shape[1])
     found = torch.isfinite(nearest)
     near_dist = torch.where(found, nearest / width, torch.ones_like(nearest))
     near_conf = torch.where(found, conf.gather(1, j), torch.zeros_like(nearest))

@@ -601,7 +601,8 @@ def test_out_of_range_parameters_are_refused_before_any_work(tmp_path):
         (dict(controller=lambda **o: Knobs.build(depth=-1)),
          "Knobs.depth=-1 is out of range; allowed: integer in [0, inf)"),
         (dict(config=DecodeConfig(gen_length=8, block_length=3)),
-         "block_length=3 does not divide gen_length=8; allowed: a divisor of 8 (1, 2, 4, 8)"),
+         "block_length=3 does not divide gen_length=8; allowed: a divisor of 8 (1, 2, 4, 8); on a block-causal "
+         "model (LLaDA2.x, SDAR, Fast-dLLM v2) leave block_length unset: its trained block size is used"),
         (dict(batch_size=0), "batch_size=0 is out of range; allowed: integer in [1, inf)"),
         (dict(item_timeout_s=-1.0), "item_timeout_s=-1.0 is out of range; allowed: number in (0, inf) or null"),
     ]
@@ -624,9 +625,10 @@ def test_invalid_per_item_params_refuse_listing_all_or_skip(tmp_path):
         "4 items with invalid params; the job did not start (use --on-bad-line skip to run the others):\n"
         "  line 2: params: Knobs.eta=1.5 is out of range; allowed: number in [0, 1]\n"
         "  line 3: params: Knobs.k=0 is out of range; allowed: integer in [1, inf)\n"
-        "  line 4: params: block_length=3 does not divide gen_length=8; allowed: a divisor of 8 (1, 2, 4, 8)\n"
+        "  line 4: params: block_length=3 does not divide gen_length=8; allowed: a divisor of 8 (1, 2, 4, 8); on a "
+        "block-causal model (LLaDA2.x, SDAR, Fast-dLLM v2) leave block_length unset: its trained block size is used\n"
         "  line 5: params: unknown key 'etaa'; decoding options: block_length, cache, cache_refresh, eos_fill, "
-        "eos_fill_threshold, gen_length, remask_budget, remask_per_position, seed, temperature, "
+        "eos_fill_threshold, eos_stop, gen_length, remask_budget, remask_per_position, seed, temperature, "
         "verification; Knobs parameters: depth, eta, k"
     )
     assert den.calls == 0 and not out.exists()
