@@ -1,7 +1,7 @@
 """``adec profile``: per-step cost at real shapes (LLaDA's vocabulary, prompt 256, generation 256,
 blocks of 32), ``decode`` beside a bare loop, for every KV-cache mode; see :mod:`framework.profiling`.
 ``--arch llada2 | sdar | fast_dllm_v2`` profiles a block-causal model at a released checkpoint's
-shapes instead (:mod:`framework.profile_shapes`), with ``cache = none | block``."""
+shapes instead (:mod:`framework.profiling.shapes`), with ``cache = none | block``."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from framework.profile_shapes import ARCH_NAMES
+    from framework.profiling.shapes import ARCH_NAMES
 
     p.add_argument("--arch", default="llada", choices=ARCH_NAMES,
                    help="llada (default): LLaDA's architecture with the body the flags below give; llada2 "
@@ -184,7 +184,7 @@ def _check_arch_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def _arch_block(arch: str) -> int:
     """The block size in ``arch``'s config (SDAR, LLaDA2: ``block_size``; Fast-dLLM v2: ``bd_size``)."""
-    from framework.profile_shapes import ARCHS
+    from framework.profiling.shapes import ARCHS
 
     config = ARCHS[arch].config
     return int(config.get("block_size") or config["bd_size"])
@@ -230,7 +230,7 @@ def _build_model(args: argparse.Namespace, device: str, dtype: Any, overrides: d
                        f"{f', full forwards in chunks of {args.query_chunk} queries' if args.query_chunk else ''} "
                        f"({params / 1e6:.0f}M parameters, random)")
     from framework.models.arch.errors import CheckpointFormatError, UnsupportedArchitectureError
-    from framework.profile_shapes import block_profile_model, describe
+    from framework.profiling.shapes import block_profile_model, describe
 
     try:
         model = block_profile_model(args.arch, args.layers, device, dtype, overrides=overrides)

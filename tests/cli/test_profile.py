@@ -130,7 +130,7 @@ def _shape_args(arch):
 @pytest.mark.parametrize("cache", ["none", "block"])
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_the_bare_loop_decodes_a_block_causal_model_as_decode_does(arch, cache):
-    from framework.profile_shapes import block_profile_model
+    from framework.profiling.shapes import block_profile_model
 
     model = block_profile_model(arch, 2, overrides=TINY[arch])
     b = model.block_size

@@ -19,7 +19,7 @@ statistics, controller, commit).
 Times are medians over ``repeats`` runs, all in one process, one after the other.
 
 **Block-causal models** (``adec profile --arch llada2 | sdar | fast_dllm_v2``,
-:mod:`framework.profile_shapes`): the same measurement on LLaDA2-MoE, SDAR or Fast-dLLM v2 built at a
+:mod:`framework.profiling.shapes`): the same measurement on LLaDA2-MoE, SDAR or Fast-dLLM v2 built at a
 released checkpoint's shapes (layers cut on CPU), in the model's own blocks, with ``cache = none |
 block`` (the exact cache of completed blocks) and ``eos_stop`` off, so both modes run the same NFE;
 the bare loop is the same forwards and cache policy followed by the softmax and top-k commit, and
