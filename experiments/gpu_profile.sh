@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The checks and the profile of docs/profile.md on a CUDA GPU, at LLaDA-8B's body (d_model 4096, 32 layers,
-# 32 heads, MLP 12288, bfloat16, LLaDA's vocabulary; random weights, nothing downloaded). Nothing depends on
+# 32 heads, MLP 12288, bfloat16, LLaDA's vocabulary; random weights, nothing downloaded), then the block-causal
+# models (LLaDA2.0-mini, SDAR-1.7B, Fast-dLLM v2 1.5B) at their shapes. Nothing depends on
 # it: without a GPU it says so and exits 0.
 #
 # Stages, most important first, each under its own time limit and writing its own files to $OUT (default .),
@@ -10,6 +11,11 @@
 #   3. batch 8, every cache mode, greedy: decode and the bare loop
 #   4. generation length 1024 (blocks of 32), batch 1, greedy, prefix and dual cache: decode and the bare loop
 #   5. batch 8, full forwards in query chunks of 128 (memory), greedy, no cache and dual: decode
+#   6-8. the block-causal models at their released shapes, every layer (random weights), greedy, cache none
+#      and block side by side: decode and the bare block loop; one stage each: LLaDA2.0-mini (20 layers, 256
+#      experts top-8; batch 1, generation 128, 2 repeats: its experts run one after the other), SDAR-1.7B
+#      (28 layers, block 4) and Fast-dLLM v2 1.5B (28 layers), batch 1 and 8. The limits are estimates (no
+#      GPU has run these stages yet); T_LLADA2, T_SDAR, T_FAST change them.
 # ADEC (default: adec) is the command; on a machine without the package installed use
 #   PYTHONPATH=. ADEC="python3 -m framework.cli" experiments/gpu_profile.sh
 set -uo pipefail
@@ -40,3 +46,10 @@ stage profile-g1024 "${T_G1024:-80}" $ADEC profile "${BODY[@]}" --batch 1 --temp
   --gen-length 1024 --loops decode bare --json "$OUT/profile-cuda-b1-g1024.json"
 stage profile-chunk "${T_CHUNK:-60}" $ADEC profile "${BODY[@]}" --batch 8 --temperature 0 --cache none dual \
   --loops decode --query-chunk 128 --json "$OUT/profile-cuda-b8-chunk128.json"
+BLOCK=(--device cuda --dtype bfloat16 --temperature 0 --loops decode bare)
+stage profile-llada2 "${T_LLADA2:-180}" $ADEC profile --arch llada2 --layers 20 "${BLOCK[@]}" --batch 1 \
+  --gen-length 128 --repeats 2 --json "$OUT/profile-cuda-llada2-mini.json"
+stage profile-sdar "${T_SDAR:-120}" $ADEC profile --arch sdar --layers 28 "${BLOCK[@]}" --batch 1 8 --repeats 3 \
+  --json "$OUT/profile-cuda-sdar-1.7b.json"
+stage profile-fast-dllm-v2 "${T_FAST:-90}" $ADEC profile --arch fast_dllm_v2 --layers 28 "${BLOCK[@]}" --batch 1 8 --repeats 3 \
+  --json "$OUT/profile-cuda-fast-dllm-v2-1.5b.json"

@@ -108,3 +108,77 @@ def test_memory_is_measured_per_step(model, cache):
     # after the forward the step holds its logits (at least) and never more than its own peak
     assert all(window_logits_mb <= t <= s for t, s in zip(mem.tail_peaks_mb, mem.span_peaks_mb))
     assert "core" not in vars(model)  # the forward marker is removed afterwards
+
+
+# ------------------------------------------------------------------ block-causal archs (--arch), tiny shapes
+TINY = {  # config keys of each arch's real config.json, a tiny body (the profile's real shapes take minutes)
+    "llada2": {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+               "intermediate_size": 96, "num_experts": 8, "n_group": 4, "topk_group": 2, "num_experts_per_tok": 2,
+               "moe_intermediate_size": 32, "vocab_size": 512, "block_size": 8, "mask_token_id": 500,
+               "eos_token_id": 501, "pad_token_id": 501},
+    "sdar": {"hidden_size": 40, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+             "intermediate_size": 96, "vocab_size": 512, "mask_token_id": 500, "eos_token_id": 501},
+    "fast_dllm_v2": {"hidden_size": 48, "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 96,
+                     "vocab_size": 512, "bd_size": 8, "mask_token_id": 500, "eos_token_id": 501},
+}
+
+
+def _shape_args(arch):
+    return ["--shape", *(f"{k}={v}" for k, v in TINY[arch].items())]
+
+
+@pytest.mark.parametrize("cache", ["none", "block"])
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_the_bare_loop_decodes_a_block_causal_model_as_decode_does(arch, cache):
+    from framework.profiling.shapes import block_profile_model
+
+    model = block_profile_model(arch, 2, overrides=TINY[arch])
+    b = model.block_size
+    prompts = torch.randint(0, 400, (2, 2 * b), generator=torch.Generator().manual_seed(3)).tolist()
+    config = DecodeConfig(gen_length=16, block_length=b, cache=cache, eos_stop=False)
+    ours = decode(model, prompts, build_controller("llada", steps=8), config)
+    tokens, nfe, _, _ = bare_loop(model, prompts, 16, b, 8, cache)
+    assert torch.equal(tokens[:, 2 * b:], ours.generated)
+    assert ours.nfe.tolist() == [nfe, nfe] == [8, 8]
+    with pytest.raises(ValueError, match=f"blocks of {b} after prompts of a multiple of {b} tokens"):
+        bare_loop(model, [p[:-1] for p in prompts], 16, b, 8, cache)
+
+
+@pytest.mark.parametrize("arch", sorted(TINY))
+def test_cli_profiles_a_block_causal_arch_with_both_cache_modes(arch, tmp_path, capsys):
+    out = tmp_path / "p.json"
+    code = main(["profile", "--arch", arch, "--batch", "1", "--temperature", "0", "--repeats", "1",
+                 "--prompt-length", "8", "--gen-length", "16", "--device", "cpu", "--json", str(out),
+                 *_shape_args(arch)])
+    assert code == 0
+    text = capsys.readouterr().out
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["loop"], r["cache"]) for r in rows] == [
+        (loop, cache) for cache in ("none", "block") for loop in ("decode", "bare")]
+    assert len({r["nfe"] for r in rows}) == 1 and rows[0]["nfe"] > 0  # the exact cache runs the same forwards
+    assert "| decode | 1 | none | 0 |" in text and "| decode | 1 | block | 0 |" in text
+    assert "speed-up per token vs cache=none" in text and "ms per token" in text
+    assert "2 of its" in text and "layers (cut on CPU" in text and "overridden:" in text
+
+
+def test_cli_refuses_an_unknown_arch_naming_the_allowed_ones(capsys):
+    with pytest.raises(SystemExit):
+        main(["profile", "--arch", "gpt2"])
+    err = capsys.readouterr().err
+    assert "invalid choice: 'gpt2'" in err and all(a in err for a in ("llada", "llada2", "sdar", "fast_dllm_v2"))
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--arch", "sdar", "--cache", "dual"], "--cache dual does not apply to --arch sdar; allowed: none, block"),
+    (["--cache", "block"], "--cache block does not apply to --arch llada; allowed: none, prefix, dual"),
+    (["--arch", "llada2", "--block-length", "16"], "--block-length 16 is not the block size llada2 was trained "
+                                                    "with; allowed: 32"),
+    (["--arch", "llada2", "--d-model", "64"], "--d-model shape(s) the llada body only"),
+    (["--arch", "fast_dllm_v2", "--prompt-length", "40"], "allowed: a multiple of 32"),
+    (["--arch", "llada2", "--layers", "1"], "--layers 1 is too few for llada2: at least 2"),
+    (["--arch", "sdar", "--shape", "hidden=8"], "unknown sdar config key(s) ['hidden']; allowed:"),
+    (["--shape", "hidden_size=8"], "--shape overrides a block-causal arch's config"),
+])
+def test_cli_refuses_bad_arch_flags_before_any_work(args, message, capsys):
+    assert main(["profile", "--device", "cpu", *args]) == 2
+    assert message in capsys.readouterr().err

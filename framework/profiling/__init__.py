@@ -17,6 +17,13 @@ moment the forward has returned (the window's logits plus what the engine alloca
 statistics, controller, commit).
 
 Times are medians over ``repeats`` runs, all in one process, one after the other.
+
+**Block-causal models** (``adec profile --arch llada2 | sdar | fast_dllm_v2``,
+:mod:`framework.profiling.shapes`): the same measurement on LLaDA2-MoE, SDAR or Fast-dLLM v2 built at a
+released checkpoint's shapes (layers cut on CPU), in the model's own blocks, with ``cache = none |
+block`` (the exact cache of completed blocks) and ``eos_stop`` off, so both modes run the same NFE;
+the bare loop is the same forwards and cache policy followed by the softmax and top-k commit, and
+the ratios add what the block cache saves per token.
 """
 
 from __future__ import annotations
@@ -29,9 +36,10 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 import torch
 
 from framework.core.measure import AllocatedPeak, PeakMemory, median, synced_clock
-from framework.engine.config import DecodeConfig
+from framework.engine.config import LAYOUT_CACHE_MODES, DecodeConfig
 from framework.engine.controller_io import build_controller
-from framework.engine.denoise import CacheSession
+from framework.engine.denoise import CacheSession, suppress_mask_logit
+from framework.engine.layout import model_block_size
 from framework.engine.loop import decode, layout
 from framework.models.arch.llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
 from framework.models.own import OwnArchitectureDenoiser
@@ -96,12 +104,15 @@ def profile_model(vocab_size: int = LLADA_VOCAB, d_model: int = 256, n_layers: i
 def bare_loop(model: Any, prompts: Sequence[Sequence[int]], gen_length: int, block_length: int, steps: int,
               cache: str = "none", temperature: float = 0.0) -> tuple[torch.Tensor, int, float, float]:
     """The same forwards and cache policy as :func:`decode`, then only a softmax over the block and
-    LLaDA's top-k commit: ``(tokens, nfe per row, forward seconds, total seconds)``."""
+    LLaDA's top-k commit (the mask id's logit suppressed, as the engine does: a random model with tied
+    embeddings would otherwise predict the mask at masked positions): ``(tokens, nfe per row, forward
+    seconds, total seconds)``. On a block-causal model the blocks are the model's and every prompt
+    must fill whole blocks."""
     device = model.device
     t_start = synced_clock(device)
     x, attn, gen_start = layout(prompts, gen_length, model.mask_token_id, model.pad_token_id or 0, device)
     b = x.shape[0]
-    session = CacheSession(model, cache, None, b, device)
+    session = CacheSession(model, cache, None, b, device, _aligned_block_size(model, gen_start, block_length))
     rows = torch.arange(b, device=device)
     lengths = gen_start + gen_length
     per_block = steps // (gen_length // block_length)
@@ -113,7 +124,8 @@ def bare_loop(model: Any, prompts: Sequence[Sequence[int]], gen_length: int, blo
         block_id = torch.full((b,), blk, dtype=torch.long, device=device)
         for _ in range(per_block):
             t0 = synced_clock(device)
-            logits = session.serve(x, attn, rows, cols, valid, block_id, lengths).logits
+            logits = suppress_mask_logit(session.serve(x, attn, rows, cols, valid, block_id, lengths).logits,
+                                         model.mask_token_id)  # as the engine does: never predict the mask
             forward_s += synced_clock(device) - t0
             nfe += 1
             p = torch.softmax(logits.float(), dim=-1)
@@ -129,6 +141,20 @@ def bare_loop(model: Any, prompts: Sequence[Sequence[int]], gen_length: int, blo
             pick = conf.topk(k, dim=1).indices
             x.scatter_(1, cols.gather(1, pick), x0.gather(1, pick))
     return x, nfe, forward_s, synced_clock(device) - t_start
+
+
+def _aligned_block_size(model: Any, gen_start: torch.Tensor, block_length: int) -> Optional[int]:
+    """A block-causal model's block size (``None`` for a full-attention one), checked against the
+    bare loop's layout: blocks of ``block_length`` from the end of the prompt, which are the model's
+    blocks only when every prompt fills whole blocks."""
+    size = model_block_size(model)
+    if size is None:
+        return None
+    if block_length != size or bool((gen_start % size).any()):
+        raise ValueError(f"the bare loop decodes a block-causal model in its own blocks of {size} after prompts of a "
+                         f"multiple of {size} tokens; got block_length={block_length}, prompt lengths "
+                         f"{sorted(set(gen_start.tolist()))}")
+    return size
 
 
 class _Verifying:
@@ -193,7 +219,7 @@ def _measure(fn: Callable[[], tuple[int, float, float]], repeats: int, model: An
 
 
 def run_profile(
-    model: Any, *, batches: Iterable[int] = (1, 8), caches: Iterable[str] = ("none", "prefix", "dual"),
+    model: Any, *, batches: Iterable[int] = (1, 8), caches: Optional[Iterable[str]] = None,
     temperatures: Iterable[float] = (0.0, 1.0), prompt_length: int = 256, gen_length: int = 256,
     block_length: int = 32, steps: Optional[int] = None, repeats: int = 3,
     progress: Optional[Callable] = None,
@@ -203,9 +229,11 @@ def run_profile(
     ``bare`` (:func:`bare_loop`) and ``verify`` (:func:`decode` computing WINO's verification of the
     decided tokens every step, the shadow block, at the same NFE).
 
-    ``steps`` defaults to ``gen_length // 4`` (four tokens per step). ``progress`` is called with a
-    description before each configuration (the CLI passes a progress bar's update).
+    ``steps`` defaults to ``gen_length // 4`` (four tokens per step). ``caches`` defaults to every mode
+    the model's layout has (:func:`default_caches`). ``progress`` is called with a description before
+    each configuration (the CLI passes a progress bar's update).
     """
+    caches = default_caches(model) if caches is None else tuple(caches)
     loops = tuple(loops)
     unknown = [name for name in loops if name not in LOOPS]
     if unknown:
@@ -230,13 +258,20 @@ def run_profile(
     return rows
 
 
+def default_caches(model: Any) -> tuple[str, ...]:
+    """Every cache mode with a meaning for ``model``'s canvas layout: ``none``, ``prefix``, ``dual`` on a
+    full-attention model; ``none`` and the exact ``block`` cache on a block-causal one."""
+    return LAYOUT_CACHE_MODES["full" if model_block_size(model) is None else "block-causal"]
+
+
 def _loop_fns(model: Any, prompts: list[list[int]], gen_length: int, block_length: int, steps: int,
               cache: str,
               temperature: float) -> dict[str, Callable[[], tuple[int, float, float]]]:
     """Each profiled loop on ``prompts`` as a call returning ``(NFE, forward seconds, total seconds)``."""
     batch = len(prompts)
+    block_causal = model_block_size(model) is not None  # eos_stop off: every run decodes every block (same NFE)
     config = DecodeConfig(gen_length=gen_length, block_length=block_length, cache=cache,
-                          temperature=temperature)
+                          temperature=temperature, **({"eos_stop": False} if block_causal else {}))
     controller = build_controller("llada", steps=steps)
 
     def ours() -> tuple[int, float, float]:
@@ -292,6 +327,9 @@ def ratios(rows: Sequence[ProfileRow]) -> list[str]:
         none = idx.get(("decode", batch, "none", temp))
         if cache != "none" and none:
             line += f"; speed-up per token vs cache=none {none.ms_per_token / r.ms_per_token:.2f}x"
+            if cache == "block":
+                line += (f" (saves {none.ms_per_token - r.ms_per_token:.2f} ms per token, "
+                         f"{1 - r.ms_per_token / none.ms_per_token:.0%})")
         wl = max(r.window_logits_mb, 1e-9)
         line += (f"; peak of a step after the first {r.step_peak_mb:.0f} MiB = {r.step_peak_mb / wl:.2f}x "
                  f"the window's logits (median {r.median_step_peak_mb / wl:.2f}x; once the forward has "
