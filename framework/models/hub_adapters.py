@@ -304,6 +304,75 @@ class LLaDA2Denoiser(HubDenoiser):
                             "(framework.models.arch.llada2), which needs no remote code")
 
 
+class OwnOnlyDenoiser(HubDenoiser):
+    """A family the framework runs with its own implementation only (SDAR, Fast-dLLM v2, LLaDA-MoE):
+    claimed by ``model_type`` or class name, its special ids with the family's default mask id;
+    its remote code predates the installed transformers and is never run."""
+
+    auto_classes = ("AutoModelForCausalLM", "AutoModel")
+    detect_priority = 30  # before ``llada``, whose substring match would claim LLaDA-MoE
+    model_types: ClassVar[tuple[str, ...]] = ()
+    class_names: ClassVar[tuple[str, ...]] = ()
+    default_mask: ClassVar[int] = 0
+    arch_module: ClassVar[str] = ""
+
+    @classmethod
+    def matches(cls, config: dict) -> bool:
+        archs = {str(a).lower() for a in config.get("architectures") or []}
+        named = bool(archs & {c.lower() for c in cls.class_names})
+        return named or (not archs and str(config.get("model_type", "")).lower() in cls.model_types)
+
+    @classmethod
+    def special_ids(cls, config: Any, tokenizer: Any) -> dict:
+        mask = _get(config, "mask_token_id")
+        eos = _first_id(_get(config, "eos_token_id"), getattr(tokenizer, "eos_token_id", None))
+        return {
+            "mask_token_id": cls.default_mask if mask is None else mask,
+            "vocab_size": config.vocab_size,
+            "eos_token_id": eos,
+            "eos_token_ids": _unique_ids(eos, getattr(tokenizer, "eos_token_id", None)),
+            "pad_token_id": _first_id(_get(config, "pad_token_id"), getattr(tokenizer, "pad_token_id", None)),
+            "max_length": _get(config, "max_position_embeddings"),
+        }
+
+    def compute_logits(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
+        raise HubModelError(f"{self.kind} checkpoints run with the framework's own implementation only "
+                            f"({self.arch_module}), which needs no remote code")
+
+
+@HUB_ADAPTERS.register("sdar")
+class SDARDenoiser(OwnOnlyDenoiser):
+    """SDAR (``model_type`` ``sdar``, block-causal): mask id 151669 unless the config names one."""
+
+    kind = "sdar"
+    model_types = ("sdar",)
+    class_names = ("SDARForCausalLM",)
+    default_mask = 151669
+    arch_module = "framework.models.arch.sdar"
+
+
+@HUB_ADAPTERS.register("fast_dllm_v2", aliases=("fast_dllm_qwen",))
+class FastDLLMv2Denoiser(OwnOnlyDenoiser):
+    """Fast-dLLM v2 (``model_type`` ``Fast_dLLM_Qwen``, block-causal, shifted): mask id 151665."""
+
+    kind = "fast_dllm_v2"
+    model_types = ("fast_dllm_qwen",)
+    class_names = ("Fast_dLLM_QwenForCausalLM",)
+    default_mask = 151665
+    arch_module = "framework.models.arch.fast_dllm_v2"
+
+
+@HUB_ADAPTERS.register("lladamoe", aliases=("llada_moe",))
+class LLaDAMoEDenoiser(OwnOnlyDenoiser):
+    """LLaDA-MoE (``LLaDAMoEModelLM``, released as ``model_type`` ``llada``): mask id 156895, not LLaDA's."""
+
+    kind = "lladamoe"
+    model_types = ("lladamoe",)
+    class_names = ("LLaDAMoEModelLM",)
+    default_mask = 156895
+    arch_module = "framework.models.arch.llada_moe"
+
+
 @HUB_ADAPTERS.register("dream")
 class DreamDenoiser(HubDenoiser):
     """Dream-style remote-code checkpoints: logits shifted right by one (Dream predicts position

@@ -290,3 +290,39 @@ def test_query_chunk_flag_is_checked_before_any_work(capsys):
 
     assert main(["decode", "--model", "tiny-sudoku", "--query-chunk", "0", "--prompt", "1"]) != 0
     assert "--query-chunk=0 is out of range; allowed: ≥ 1" in capsys.readouterr().err
+
+
+def _families():
+    name = "_adec_real_format_families"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            name, Path(__file__).resolve().parents[1] / "fixtures" / "real_format" / "families.py")
+        sys.modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(sys.modules[name])
+    return sys.modules[name]
+
+
+@pytest.mark.parametrize("config_fn, kind, cls, block", [("sdar_config", "sdar", "SDARModel", 4),
+                                                        ("fast_dllm_v2_config", "fast_dllm_v2", "FastDLLMv2Model", 8),
+                                                        ("llada_moe_config", "lladamoe", "LLaDAMoEModel", None)])
+def test_the_new_families_load_by_folder_as_their_own_architecture(tmp_path, config_fn, kind, cls, block):
+    """SDAR, Fast-dLLM v2 and LLaDA-MoE (released as model_type 'llada': not LLaDA's adapter, whose mask
+    id 126336 would be wrong) load through load_model with their own adapter's ids and decode."""
+    from framework.engine.config import DecodeConfig
+    from framework.engine.controller_io import build_controller
+    from framework.engine.loop import decode
+    from framework.models.own import OwnArchitectureDenoiser
+
+    fam = _families()
+    overrides = {"sdar_config": {"block_size": 4, "mask_token_id": 310},
+                 "fast_dllm_v2_config": {"bd_size": 8, "mask_token_id": 310}}.get(config_fn, {})
+    cfg = getattr(fam, config_fn)(**overrides)
+    folder = fam.build(tmp_path / kind, cfg, seed=1)
+    word_tokenizer(folder)
+    loaded = load_model(str(folder), dtype="float32")
+    den = loaded.denoiser
+    assert isinstance(den, OwnArchitectureDenoiser) and type(den.model).__name__ == cls
+    assert loaded.info["kind"] == kind and den.mask_token_id == cfg["mask_token_id"]
+    assert den.block_size == block
+    res = decode(den, [loaded.tokenizer.encode("hello w1")], build_controller("sequential"), DecodeConfig(gen_length=8))
+    assert int(res.nfe[0]) == 8 and not (res.generated == den.mask_token_id).any()
