@@ -269,51 +269,20 @@ class LLaDADenoiser(HubDenoiser):
         return self.model(input_ids, attention_mask=attention_mask).logits
 
 
-@HUB_ADAPTERS.register("llada2", aliases=("llada2_moe",))
-class LLaDA2Denoiser(HubDenoiser):
-    """LLaDA2-MoE (``model_type`` ``llada2_moe``): its special ids. The weights are always run by the
-    framework's own implementation (which claims these checkpoints); the remote code is refused,
-    because its forward without a 4-D mask is causal, not the block-causal attention it was trained with."""
-
-    kind = "llada2"
-    auto_classes = ("AutoModelForCausalLM", "AutoModel")
-    detect_priority = 30  # before ``llada``, whose substring match would claim it
-
-    @classmethod
-    def matches(cls, config: dict) -> bool:
-        archs = [str(a).lower() for a in config.get("architectures") or []]
-        return str(config.get("model_type", "")).lower() == "llada2_moe" or "llada2moemodellm" in archs
-
-    @classmethod
-    def special_ids(cls, config: Any, tokenizer: Any) -> dict:
-        from framework.models.arch.llada2 import LLADA2_EOS_TOKEN_ID, LLADA2_MASK_TOKEN_ID
-
-        mask = _get(config, "mask_token_id")
-        eos = _first_id(_get(config, "eos_token_id"), LLADA2_EOS_TOKEN_ID)
-        return {
-            "mask_token_id": LLADA2_MASK_TOKEN_ID if mask is None else mask,
-            "vocab_size": config.vocab_size,
-            "eos_token_id": eos,
-            "eos_token_ids": _unique_ids(eos, getattr(tokenizer, "eos_token_id", None)),
-            "pad_token_id": _first_id(_get(config, "pad_token_id"), getattr(tokenizer, "pad_token_id", None)),
-            "max_length": _get(config, "max_position_embeddings"),
-        }
-
-    def compute_logits(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        raise HubModelError("LLaDA2-MoE checkpoints run with the framework's own implementation only "
-                            "(framework.models.arch.llada2), which needs no remote code")
-
-
 class OwnOnlyDenoiser(HubDenoiser):
-    """A family the framework runs with its own implementation only (SDAR, Fast-dLLM v2, LLaDA-MoE):
-    claimed by ``model_type`` or class name, its special ids with the family's default mask id;
-    its remote code predates the installed transformers and is never run."""
+    """A family the framework runs with its own implementation only (LLaDA2-MoE, SDAR, Fast-dLLM v2,
+    LLaDA-MoE): claimed by ``model_type`` or class name, its special ids with the family's default
+    mask (and end-of-text) id; its remote code is never run (it predates the installed transformers,
+    and LLaDA2's forward without a 4-D mask is causal, not the block-causal attention it was trained with)."""
 
     auto_classes = ("AutoModelForCausalLM", "AutoModel")
-    detect_priority = 30  # before ``llada``, whose substring match would claim LLaDA-MoE
+    detect_priority = 30  # before ``llada``, whose substring match would claim LLaDA2 and LLaDA-MoE
     model_types: ClassVar[tuple[str, ...]] = ()
     class_names: ClassVar[tuple[str, ...]] = ()
     default_mask: ClassVar[int] = 0
+    #: the end-of-text id when the config names none (else the tokenizer's)
+    default_eos: ClassVar[Optional[int]] = None
+    family: ClassVar[str] = ""
     arch_module: ClassVar[str] = ""
 
     @classmethod
@@ -325,7 +294,7 @@ class OwnOnlyDenoiser(HubDenoiser):
     @classmethod
     def special_ids(cls, config: Any, tokenizer: Any) -> dict:
         mask = _get(config, "mask_token_id")
-        eos = _first_id(_get(config, "eos_token_id"), getattr(tokenizer, "eos_token_id", None))
+        eos = _first_id(_get(config, "eos_token_id"), cls.default_eos, getattr(tokenizer, "eos_token_id", None))
         return {
             "mask_token_id": cls.default_mask if mask is None else mask,
             "vocab_size": config.vocab_size,
@@ -336,8 +305,26 @@ class OwnOnlyDenoiser(HubDenoiser):
         }
 
     def compute_logits(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor]) -> torch.Tensor:
-        raise HubModelError(f"{self.kind} checkpoints run with the framework's own implementation only "
+        raise HubModelError(f"{self.family} checkpoints run with the framework's own implementation only "
                             f"({self.arch_module}), which needs no remote code")
+
+
+@HUB_ADAPTERS.register("llada2", aliases=("llada2_moe",))
+class LLaDA2Denoiser(OwnOnlyDenoiser):
+    """LLaDA2-MoE (``model_type`` ``llada2_moe``, block-causal): mask id 156895 and end-of-text 156892
+    unless the config names others."""
+
+    kind = "llada2"
+    model_types = ("llada2_moe",)
+    class_names = ("LLaDA2MoeModelLM",)
+    default_mask, default_eos = 156895, 156892  # framework.models.arch.llada2's LLADA2_*_TOKEN_ID
+    family = "LLaDA2-MoE"
+    arch_module = "framework.models.arch.llada2"
+
+    @classmethod
+    def matches(cls, config: dict) -> bool:
+        archs = [str(a).lower() for a in config.get("architectures") or []]
+        return str(config.get("model_type", "")).lower() == "llada2_moe" or "llada2moemodellm" in archs
 
 
 @HUB_ADAPTERS.register("sdar")
@@ -345,6 +332,7 @@ class SDARDenoiser(OwnOnlyDenoiser):
     """SDAR (``model_type`` ``sdar``, block-causal): mask id 151669 unless the config names one."""
 
     kind = "sdar"
+    family = "SDAR"
     model_types = ("sdar",)
     class_names = ("SDARForCausalLM",)
     default_mask = 151669
@@ -356,6 +344,7 @@ class FastDLLMv2Denoiser(OwnOnlyDenoiser):
     """Fast-dLLM v2 (``model_type`` ``Fast_dLLM_Qwen``, block-causal, shifted): mask id 151665."""
 
     kind = "fast_dllm_v2"
+    family = "Fast-dLLM v2"
     model_types = ("fast_dllm_qwen",)
     class_names = ("Fast_dLLM_QwenForCausalLM",)
     default_mask = 151665
@@ -367,6 +356,7 @@ class LLaDAMoEDenoiser(OwnOnlyDenoiser):
     """LLaDA-MoE (``LLaDAMoEModelLM``, released as ``model_type`` ``llada``): mask id 156895, not LLaDA's."""
 
     kind = "lladamoe"
+    family = "LLaDA-MoE"
     model_types = ("lladamoe",)
     class_names = ("LLaDAMoEModelLM",)
     default_mask = 156895
