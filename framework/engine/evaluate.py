@@ -194,12 +194,15 @@ def answer_token_counts(task: Any, examples: Sequence[Any], results: Sequence[De
     stops_of = getattr(task, "stop_strings", None)
     if tokenizer is None or stops_of is None:
         return ends
-    out = []
-    for ex, ids, end in zip(examples, generated, ends):
-        stops = stops_of(ex)
-        out.append(answer_length_before_stop(ids, lambda p: tokenizer.decode(p, stop_at_eos=False), stops, end)
-                   if stops else end)
-    return out
+    return [answer_tokens_before(tokenizer, ids, end, stops_of(ex)) for ex, ids, end in zip(examples, generated, ends)]
+
+
+def answer_tokens_before(tokenizer: Any, ids: Sequence[int], end: int, stops: Sequence[str]) -> int:
+    """One answer's positions: ``end`` (to the first end-of-text), or fewer where one of ``stops``
+    begins earlier in the text ``tokenizer`` decodes (:func:`~framework.core.measure.answer_length_before_stop`)."""
+    if not stops:
+        return end
+    return answer_length_before_stop(list(ids), lambda p: tokenizer.decode(p, stop_at_eos=False), stops, end)
 
 
 def coherence_summary(task: Any, examples: Sequence[Any], texts: Sequence[str]) -> dict[str, float]:

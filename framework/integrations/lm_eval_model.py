@@ -32,14 +32,14 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from framework.core.measure import answer_length_before_stop, tokens_per_forward
+from framework.core.measure import tokens_per_forward
 from framework.core.params import Configurable, Param, ParameterError
 from framework.core.rng import stable_seed
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.controller_io import build_controller, split_settings
 from framework.engine.denoise import check_cache_support
-from framework.engine.evaluate import item_seeds
+from framework.engine.evaluate import answer_tokens_before, item_seeds
 from framework.engine.layout import config_for_model
 from framework.engine.loop import decode, model_device
 from framework.integrations.mc_likelihood import MCRequest, greedy_matches, mc_loglikelihoods
@@ -220,11 +220,7 @@ class AdecLM(LM):
     def _answer_tokens(self, res: Any, row: int, until: Any) -> int:
         """Row ``row``'s answer positions: to its first end-of-text, or before its first ``until`` string."""
         stops = [until] if isinstance(until, str) else list(until or [])
-        end = int(res.answer_tokens[row])
-        if not stops:
-            return end
-        return answer_length_before_stop(res.generated[row].tolist(),
-                                         lambda p: self.tokenizer.decode(p, stop_at_eos=False), stops, end)
+        return answer_tokens_before(self.tokenizer, res.generated[row].tolist(), int(res.answer_tokens[row]), stops)
 
     def loglikelihood(self, requests: list[Instance], disable_tqdm: bool = False) -> list[tuple[float, bool]]:
         seed = self.config.seed
