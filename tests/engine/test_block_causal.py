@@ -62,6 +62,18 @@ def schedule(block_length: int, steps: int) -> list[int]:
     return [block_length // steps + (1 if j < block_length % steps else 0) for j in range(steps)]
 
 
+def block_predictions(ref, x: torch.Tensor, tril: torch.Tensor, end: int, block_length: int
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
+    """One forward of the published generate over ``x[:, :end]`` with its block mask: the last block's
+    argmax x0 and its probability p (the mask id never predicted)."""
+    logits = ref(x[:, :end], attention_mask=tril[:end, :end].bool()[None, None],
+                 position_ids=torch.arange(end)[None]).logits[0, -block_length:].float()
+    logits[:, MASK] = float("-inf")
+    probs = torch.softmax(logits, -1)
+    x0 = probs.argmax(-1)
+    return x0, probs.gather(-1, x0[:, None])[:, 0]
+
+
 @torch.no_grad()
 def llada2_generate(ref, prompt: list[int], *, gen_length: int, block_length: int = BS, steps: int = BS,
                     threshold: float = 0.95, minimal_topk: int = 1) -> tuple[list[int], int]:
@@ -81,13 +93,9 @@ def llada2_generate(ref, prompt: list[int], *, gen_length: int, block_length: in
             active = x[0, end - block_length:end] == MASK
             if not active.any():
                 break
-            logits = ref(x[:, :end], attention_mask=tril[:end, :end].bool()[None, None],
-                         position_ids=torch.arange(end)[None]).logits[0, -block_length:].float()
+            x0, p = block_predictions(ref, x, tril, end, block_length)
             nfe += 1
-            logits[:, MASK] = float("-inf")
-            probs = torch.softmax(logits, -1)
-            x0 = probs.argmax(-1)
-            conf = torch.where(active, probs.gather(-1, x0[:, None])[:, 0], torch.tensor(float("-inf")))
+            conf = torch.where(active, p, torch.tensor(float("-inf")))
             high = conf > threshold
             if int(high.sum()) >= counts[step]:
                 transfer = high
@@ -223,13 +231,8 @@ def llada21_generate(ref, prompt: list[int], *, gen_length: int, block_length: i
                 post += 1
                 if post > max_post_steps:
                     break
-            logits = ref(x[:, :end], attention_mask=tril[:end, :end].bool()[None, None],
-                         position_ids=torch.arange(end)[None]).logits[0, -block_length:].float()
+            x0, p = block_predictions(ref, x, tril, end, block_length)
             nfe += 1
-            logits[:, MASK] = float("-inf")
-            probs = torch.softmax(logits, -1)
-            x0 = probs.argmax(-1)
-            p = probs.gather(-1, x0[:, None])[:, 0]
             transfer = torch.zeros_like(active)
             if active.any():
                 high = (p > threshold) & active
