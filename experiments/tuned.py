@@ -43,6 +43,7 @@ def check_tune(raw: Any, cls: Optional[type], fixed: dict) -> tuple[Optional[dic
     """A strategy's ``tune:`` mapping with defaults filled, and its problems as ``(key, message)``;
     ``cls`` is the controller's class (``None`` when unknown, then only the keys are checked)."""
     from framework.core.params import ParameterError
+    from framework.tuning.options import TuneEvaluation, TuneSearch
     from framework.tuning.space import tuned_space
 
     if not isinstance(raw, dict):
@@ -52,6 +53,12 @@ def check_tune(raw: Any, cls: Optional[type], fixed: dict) -> tuple[Optional[dic
     for key in ("n_trials", "n_val"):
         if not isinstance(tune[key], int) or isinstance(tune[key], bool) or tune[key] < 1:
             problems.append((key, f"{tune[key]!r} is not allowed; allowed: an integer ≥ 1"))
+    declared = {**TuneSearch.params, **TuneEvaluation.params}  # the values the study's options declare
+    for key in ("max_drop", "prune_margin", "seed"):
+        try:
+            tune[key] = declared[key].check("tune", key, tune[key])
+        except ParameterError as exc:
+            problems.append((key, str(exc)))
     try:
         tune["space"] = normalise_space(tune["space"])
         if cls is not None:
@@ -77,16 +84,26 @@ def tuned_cell(cell: Cell, loaded: Any, task: Any, folder: Path, batch_size: int
     if not path.is_file() and (dist is None or dist.is_main):
         from framework.tuning.study import tune_controller
 
-        tune_controller(
-            cell.controller, task.name, task_params=task.get_params(), loaded=loaded,
-            n_trials=tune["n_trials"], n_val=tune["n_val"], n_test=0, batch_size=batch_size,
-            max_drop=tune["max_drop"], prune_margin=tune["prune_margin"], fixed=dict(cell.params),
-            ranges=dict(tune["space"]), decode=dict(cell.decode), seed=tune["seed"], out_dir=folder,
-            study_name=name, plot=True,
-        )
+        tune_controller(cell.controller, task.name, tune_options(tune, cell, folder, name, batch_size),
+                        task_params=task.get_params(), loaded=loaded)
     if dist is not None:
         dist.barrier()
     return replace(cell, params=tuned_params(path))
+
+
+def tune_options(tune: dict, cell: Cell, folder: Path, name: str, batch_size: int) -> Any:
+    """The study's :class:`~framework.tuning.options.TuneOptions`, built from the strategy's ``tune:``
+    mapping (validated, with its defaults) and the cell: its fixed parameters and decoding options."""
+    from framework.tuning.options import TuneOptions
+
+    return TuneOptions.from_dict({
+        "search": {"n_trials": tune["n_trials"], "seed": tune["seed"], "fixed": dict(cell.params),
+                   "ranges": dict(tune["space"]), "prune_margin": tune["prune_margin"]},
+        "evaluation": {"n_val": tune["n_val"], "n_test": 0, "batch_size": batch_size, "max_drop": tune["max_drop"],
+                       "decode": dict(cell.decode)},
+        "study": {"study_name": name},
+        "output": {"out_dir": str(folder), "plot": True},
+    })
 
 
 def tuned_params(path: Path) -> dict:

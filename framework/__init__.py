@@ -77,6 +77,7 @@ _EXPORTS = {
     "train_denoiser": "framework.training.masked_diffusion",
     # adec generate's jobs
     "run_generation_job": "framework.jobs",
+    "JobOptions": "framework.jobs",
     "check_items": "framework.jobs",
     "validate_row": "framework.jobs",
     "read_results": "framework.jobs",

@@ -32,6 +32,7 @@ from framework.core.params import parse_assignments
 from framework.engine.controller_io import build_controller
 from framework.engine.layout import config_for_model
 from framework.jobs.errors import JobInputError, OutputFileError
+from framework.jobs.options import JobOptions
 from framework.jobs.plan import check_items, check_job_options
 from framework.jobs.runner import run_generation_job
 from framework.tasks.prompts import LineProblem, PromptItem, read_prompts
@@ -326,14 +327,8 @@ def run(args: argparse.Namespace) -> int:
     except ValueError:  # pragma: no cover - not in the main thread
         pass
     try:
-        summary = run_generation_job(
-            loaded, items, setup.controller, setup.config, args.output,
-            batch_size=args.batch_size, lookahead=lookahead, lookahead_spec=args.scorer,
-            item_timeout_s=args.item_timeout, job_timeout_s=args.job_timeout, max_retries=args.max_retries,
-            fallback_controller=fallback, on_error=args.on_bad_line, skipped=problems,
-            retry_errors=args.retry_errors, overwrite=args.overwrite, progress=not args.no_progress,
-            task=source.task,
-        )
+        summary = run_generation_job(loaded, items, setup.controller, setup.config, args.output,
+                                     job_options(args, fallback, problems), lookahead=lookahead, task=source.task)
     except OutputFileError as exc:
         raise CLIError(str(exc)) from None
     finally:
@@ -358,3 +353,16 @@ def run(args: argparse.Namespace) -> int:
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signum}")
+
+
+def job_options(args: argparse.Namespace, fallback: Any, skipped: list) -> JobOptions:
+    """The job's :class:`~framework.jobs.options.JobOptions`, built once from the flags (``fallback``
+    the checked ``--fallback`` controller, ``skipped`` the input lines the reader skipped)."""
+    return JobOptions.from_dict({
+        "batching": {"batch_size": args.batch_size},
+        "faults": {"item_timeout_s": args.item_timeout, "job_timeout_s": args.job_timeout,
+                   "max_retries": args.max_retries, "fallback_controller": fallback, "on_error": args.on_bad_line},
+        "output": {"retry_errors": args.retry_errors, "overwrite": args.overwrite, "progress": not args.no_progress,
+                   "skipped": skipped},
+        "settings": {"lookahead_spec": args.scorer},
+    })

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 DESCRIPTION = """\
 Decode the task's train split one token per step and record, at every step, the features of every
@@ -147,7 +148,6 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
     from framework.cli.options import model_options, parse_task_params
-    from framework.core.params import parse_assignments
     from framework.learning.pipeline import check_options, train_policy
 
     try:
@@ -188,21 +188,33 @@ def run(args: argparse.Namespace) -> int:
     if not 0.0 <= args.dagger_threshold <= 1.0:
         raise CLIError(f"--dagger-threshold={args.dagger_threshold}; allowed: 0 to 1")
     options = model_options(args)
-    train_policy(
-        args.task, model=args.model,
-            task_params=parse_task_params(args.task, args.task_params),
-        out_dir=args.out, model_options=options, decode_batch_size=args.decode_batch_size, labels=args.labels,
-        method=args.method, policies=policies, residual=args.residual, neg_weight=args.neg_weight,
-        rounds=args.rounds, states_per_rollout=args.states_per_rollout,
-        dagger_threshold=args.dagger_threshold, window_arch={"d_model": d, "layers": layers, "heads": heads},
-        rl={"iterations": args.rl_iterations, "prompts": args.rl_prompts, "group": args.rl_group,
-            "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr,
-            "resume": not args.no_resume, "threshold": args.rl_threshold, "temperature": args.rl_temperature,
-            "normalise": not args.rl_no_std, "verify_threshold": args.rl_verify},
-        n_train=args.n_train, n_val=args.n_val,
-        n_test=args.n_test, hidden=hidden, max_epochs=args.max_epochs, patience=args.patience, lr=args.lr,
-        batch_size=args.batch_size, seed=args.seed, wandb_mode=args.wandb, calibrate=not args.no_calibrate,
-        max_drop=args.max_drop, rollout=args.rollout, decode_options=parse_assignments(args.sets),
-        device=options.pop("device"), accelerator=args.accelerator, features=args.features,
-    )
+    train_policy(args.task, policy_options(args, policies, hidden, {"d_model": d, "layers": layers, "heads": heads}),
+                 model=args.model, task_params=parse_task_params(args.task, args.task_params),
+                 model_options=options, device=options.pop("device"))
     return 0
+
+
+def policy_options(args: argparse.Namespace, policies: tuple, hidden: tuple, window_arch: dict) -> Any:
+    """The pipeline's :class:`~framework.learning.options.PolicyOptions`, built once from the flags
+    (``policies``, ``hidden`` and ``window_arch`` already parsed from their text)."""
+    from framework.core.params import parse_assignments
+    from framework.learning.options import PolicyOptions
+
+    return PolicyOptions.from_dict({
+        "data": {"n_train": args.n_train, "n_val": args.n_val, "n_test": args.n_test, "rollout": args.rollout,
+                 "labels": args.labels, "features": args.features, "decode": parse_assignments(args.sets),
+                 "decode_batch_size": args.decode_batch_size},
+        "network": {"policies": list(policies), "hidden": list(hidden), "window_arch": window_arch,
+                    "residual": args.residual},
+        "training": {"lr": args.lr, "max_epochs": args.max_epochs, "patience": args.patience,
+                     "batch_size": args.batch_size, "seed": args.seed, "accelerator": args.accelerator,
+                     "neg_weight": args.neg_weight},
+        "rounds": {"method": args.method, "rounds": args.rounds, "states_per_rollout": args.states_per_rollout,
+                   "dagger_threshold": args.dagger_threshold},
+        "rl": {"iterations": args.rl_iterations, "prompts": args.rl_prompts, "group": args.rl_group,
+               "lam": args.rl_lambda, "reward_form": args.rl_reward, "lr": args.rl_lr, "resume": not args.no_resume,
+               "threshold": args.rl_threshold, "temperature": args.rl_temperature, "normalise": not args.rl_no_std,
+               "verify_threshold": args.rl_verify},
+        "calibration": {"calibrate": not args.no_calibrate, "max_drop": args.max_drop},
+        "output": {"out_dir": args.out, "wandb_mode": args.wandb},
+    })

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from typing import Any
 
 DESCRIPTION = """\
 Tune a controller's declared parameters (its Params with tune=...) on the validation split of a
@@ -93,18 +94,27 @@ def run(args: argparse.Namespace) -> int:
             raise CLIError(f"--range expects NAME=LOW:HIGH (e.g. eta=0.9:0.999), got {pair!r}")
         ranges[name.strip()] = text.strip()
     try:
-        result = tune_controller(
-            args.controller, args.task, model=args.model,
-            task_params=parse_task_params(args.task, args.task_params),
-            n_trials=args.n_trials, workers=args.workers,
-            storage=args.storage, study_name=args.study_name, out_dir=args.out, n_val=args.n_val,
-            n_test=args.n_test, batch_size=args.batch_size, max_drop=args.max_drop,
-            prune_margin=None if args.no_prune else args.prune_margin, prune_fraction=args.prune_fraction,
-            fixed=fixed, ranges=ranges, decode=cfg_kw, seed=args.seed, device=options.pop("device"),
-            model_options=options, plot=not args.no_plot,
-        )
+        result = tune_controller(args.controller, args.task, tune_options(args, fixed, ranges, cfg_kw),
+                                 model=args.model, task_params=parse_task_params(args.task, args.task_params),
+                                 model_options=options, device=options.pop("device"))
     except NoCompleteTrialError as exc:  # the trials stay in the study's storage; more trials resume it
         raise CLIError(f"{exc}; the finished trials are kept, so running again continues the study") from None
     summary = Path(args.out) / f"{result.study_name}.json"
     summary.write_text(json.dumps(result.summary(), indent=2, default=str))
     return 0
+
+
+def tune_options(args: argparse.Namespace, fixed: dict, ranges: dict, decode: dict) -> Any:
+    """:class:`~framework.tuning.options.TuneOptions`, built once from the flags (``--set`` already split
+    into the controller's ``fixed`` parameters and the ``decode`` options, ``--range`` into ``ranges``)."""
+    from framework.tuning.options import TuneOptions
+
+    return TuneOptions.from_dict({
+        "search": {"n_trials": args.n_trials, "seed": args.seed, "fixed": fixed, "ranges": ranges,
+                   "prune_margin": None if args.no_prune else args.prune_margin,
+                   "prune_fraction": args.prune_fraction},
+        "evaluation": {"n_val": args.n_val, "n_test": args.n_test, "batch_size": args.batch_size,
+                       "max_drop": args.max_drop, "decode": decode},
+        "study": {"storage": args.storage, "study_name": args.study_name, "workers": args.workers},
+        "output": {"out_dir": args.out, "plot": not args.no_plot},
+    })

@@ -4,6 +4,7 @@ checks (:mod:`.plan`), the adaptive batch size (:mod:`.batcher`), the results fi
 (:mod:`.summary`) and the job itself (:mod:`.runner`)."""
 
 from framework.jobs.errors import JobInputError, OutputFileError
+from framework.jobs.options import JobOptions
 from framework.jobs.output import (
            RESULT_FIELDS,
            RowSchemaError,
@@ -13,5 +14,5 @@ from framework.jobs.output import (
 from framework.jobs.plan import check_items, check_job_options
 from framework.jobs.runner import run_generation_job
 
-__all__ = ["JobInputError", "OutputFileError", "RESULT_FIELDS", "RowSchemaError", "check_items",
+__all__ = ["JobInputError", "JobOptions", "OutputFileError", "RESULT_FIELDS", "RowSchemaError", "check_items",
            "check_job_options", "read_results", "run_generation_job", "validate_row"]

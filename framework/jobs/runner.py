@@ -63,6 +63,7 @@ from framework.jobs.errors import (
     is_oom,
 )
 from framework.jobs.guards import DeadlineModel, GuardedController, GuardedLookahead
+from framework.jobs.options import JobOptions
 from framework.jobs.output import SETTINGS_ID, ResultFile, rewrite_results, scan_results
 from framework.jobs.plan import (
     WorkItem,
@@ -81,7 +82,7 @@ from framework.jobs.plan import (
     take_batch,
 )
 from framework.jobs.summary import JobSummary
-from framework.tasks.prompts import LineProblem, PromptItem
+from framework.tasks.prompts import PromptItem
 
 
 def run_generation_job(
@@ -90,23 +91,9 @@ def run_generation_job(
     controller_factory: Controller | Callable[..., Controller],
     config: DecodeConfig,
     output_path: str | os.PathLike,
+    options: Optional[JobOptions] = None,
     *,
-    batch_size: int = 8,
     lookahead: Any = None,
-    lookahead_spec: Optional[str] = None,
-    seed: Optional[int] = None,
-    item_timeout_s: Optional[float] = None,
-    job_timeout_s: Optional[float] = None,
-    max_retries: int = 1,
-    fallback_controller: str | Controller | None = "sequential",
-    on_error: str = "refuse",
-    skipped: Sequence[LineProblem] = (),
-    retry_errors: bool = False,
-    overwrite: bool = False,
-    grow_after: int = 4,
-    progress: bool = True,
-    fsync: bool = True,
-    log: Optional[Callable[[str], None]] = None,
     task: Any = None,
 ) -> JobSummary:
     """Decode ``items`` into ``output_path`` (JSONL, one row per item), resumably.
@@ -119,23 +106,17 @@ def run_generation_job(
         controller_factory: a built controller, or ``factory(**overrides) -> Controller``.
         config: the loop's options (gen_length G, block_length, temperature, seed ...).
         output_path: the results file; rows already in it are kept and not decoded again.
-        batch_size: the largest batch B (the adaptive size never exceeds it).
+        options: :class:`~framework.jobs.options.JobOptions` (default every default): ``batching``
+            (the largest batch B, ``grow_after`` an OOM), ``faults`` (``item_timeout_s`` /
+            ``job_timeout_s``, ``max_retries``, ``fallback_controller``, ``on_error``: ``"refuse"``
+            stops the job before any work on invalid per-item params, ``"skip"`` reports those items
+            in the summary), ``output`` (``overwrite``, ``retry_errors``, ``fsync``, ``progress``,
+            ``log``, ``skipped``: bad input lines already skipped by the reader) and ``settings``
+            (``seed`` overriding ``config.seed``, item ``i`` using ``stable_seed(seed, id_i)``;
+            ``lookahead_spec`` for the settings hash).
         lookahead: a lookahead object for :func:`framework.engine.loop.decode`, or ``None``.
-        lookahead_spec: how the lookahead was configured (e.g. the ``--scorer`` spec), for the settings hash.
         task: the task the items are examples of (``adec generate --task``), or ``None``: each batch's
             decode context (:meth:`DecodeContext.for_batch`) gets its name in every meta and its spans.
-        seed: overrides ``config.seed``; item ``i`` uses ``stable_seed(seed, id_i)``.
-        item_timeout_s / job_timeout_s: wall-clock limits (``None`` = none).
-        max_retries: re-runs of an item that failed on its own, per mode.
-        fallback_controller: the plain decoder used after a controller failure (``None`` = none).
-        on_error: ``"refuse"``: invalid per-item params stop the job before any work; ``"skip"``:
-            those items are reported in the summary and not run.
-        skipped: bad input lines already skipped by the reader (reported in the summary).
-        retry_errors: drop the error rows already in the output and decode those items again.
-        overwrite: start the output from scratch.
-        grow_after: clean batches before the batch size grows again after an OOM.
-        progress / fsync: a tqdm bar (items/s, tokens/s, batch size) / ``fsync`` after every batch.
-        log: where messages go (default: stderr, above the progress bar).
 
     Raises (all before any work): :class:`ParameterError` for a bad option or parameter value,
     :class:`JobInputError` for invalid per-item params with ``on_error="refuse"``, :class:`OutputFileError`
@@ -143,17 +124,18 @@ def run_generation_job(
     """
     from tqdm.auto import tqdm
 
-    say = log or (lambda msg: tqdm.write(msg, file=sys.stderr))
+    opts = (options or JobOptions()).validate()
+    b, f, o = opts.batching, opts.faults, opts.output
+    say = o.log or (lambda msg: tqdm.write(msg, file=sys.stderr))
     t_job = time.monotonic()
     path = os.fspath(output_path)
-    check_job_options(batch_size, item_timeout_s, job_timeout_s, max_retries, on_error, grow_after)
-    summary = JobSummary(output=path, skipped=list(skipped), batch_size_start=batch_size)
-    job, works = _prepared_job(loaded_model, items, controller_factory, config, seed, lookahead,
-                               lookahead_spec, fallback_controller, item_timeout_s, job_timeout_s, t_job,
-                               max_retries, on_error, summary, task)
-    out, todo = _open_output(path, job.settings_hash, works, overwrite, retry_errors, fsync, summary, say)
-    sizer = BatchSizer(batch_size, grow_after=grow_after)
-    sink = _RowSink(out, path, summary, sizer, tqdm(total=len(todo), unit="item", disable=not progress,
+    check_job_options(b.batch_size, f.item_timeout_s, f.job_timeout_s, f.max_retries, f.on_error, b.grow_after)
+    summary = JobSummary(output=path, skipped=list(o.skipped), batch_size_start=b.batch_size)
+    job, works = _prepared_job(loaded_model, items, controller_factory, config, opts, lookahead, t_job, summary,
+                               task)
+    out, todo = _open_output(path, job.settings_hash, works, o.overwrite, o.retry_errors, o.fsync, summary, say)
+    sizer = BatchSizer(b.batch_size, grow_after=b.grow_after)
+    sink = _RowSink(out, path, summary, sizer, tqdm(total=len(todo), unit="item", disable=not o.progress,
                                                     file=sys.stderr, dynamic_ncols=True, desc="generate"))
     try:
         queue = _prechecked_queue(todo, job, sink)
@@ -168,27 +150,27 @@ def run_generation_job(
 
 def _prepared_job(loaded_model: Any, items: Sequence[PromptItem],
                   controller_factory: Controller | Callable[..., Controller], config: DecodeConfig,
-                  seed: Optional[int], lookahead: Any, lookahead_spec: Optional[str],
-                  fallback_controller: str | Controller | None, item_timeout_s: Optional[float],
-                  job_timeout_s: Optional[float], t_job: float, max_retries: int, on_error: str,
-                  summary: JobSummary, task: Any = None) -> tuple[_Job, list[WorkItem]]:
+                  opts: JobOptions, lookahead: Any, t_job: float, summary: JobSummary,
+                  task: Any = None) -> tuple[_Job, list[WorkItem]]:
     """Validate the options, controllers and lookahead, hash the settings and plan the items: the job
     and its work items. Nothing here touches the model's weights or the output file; invalid items
     stop the job (``on_error="refuse"``) or go to ``summary.skipped``."""
-    config = _job_config(config, seed)
+    f = opts.faults
+    config = _job_config(config, opts.settings.seed)
     factory = as_factory(controller_factory)
     probe = DecodeContext.for_batch(loaded_model.tokenizer, list(items[:1]), task=task, gen_length=config.gen_length)
-    base_ctrl, fallback = _checked_controllers(factory, fallback_controller, lookahead, config,
+    base_ctrl, fallback = _checked_controllers(factory, f.fallback_controller, lookahead, config,
                                                loaded_model.denoiser, probe)
-    settings_hash = short_hash(_settings(loaded_model, base_ctrl, config, lookahead, lookahead_spec, fallback))
+    settings_hash = short_hash(_settings(loaded_model, base_ctrl, config, lookahead, opts.settings.lookahead_spec,
+                                         fallback))
     mask_id = int(loaded_model.denoiser.mask_token_id)
     works, problems = plan_work(items, factory, base_ctrl, config, mask_id, settings_hash)
-    if problems and on_error == "refuse":
+    if problems and f.on_error == "refuse":
         raise JobInputError(problems)
     summary.skipped += problems
-    deadline = t_job + job_timeout_s if job_timeout_s is not None else None
-    job = _Job(loaded_model, lookahead, fallback, settings_hash, item_timeout_s, job_timeout_s, t_job,
-               deadline, max_retries, task)
+    deadline = t_job + f.job_timeout_s if f.job_timeout_s is not None else None
+    job = _Job(loaded_model, lookahead, fallback, settings_hash, f.item_timeout_s, f.job_timeout_s, t_job,
+               deadline, f.max_retries, task)
     return job, works
 
 

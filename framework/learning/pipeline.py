@@ -27,10 +27,16 @@ from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
 from framework.learning.features import PEER_FEATURES, default_features, parse_features
 from framework.learning.nets import CONTROLLER_OF, KINDS
+from framework.learning.options import (
+    LABELS,
+    METHODS,
+    WINDOW_ARCH,
+    PolicyOptions,
+    RunLogging,
+)
 from framework.learning.policy import DEFAULT_OUT, load_policy, save_policy
 from framework.learning.rollouts import RolloutDataset, build_dataset
 from framework.learning.train import (
-    DEFAULT_THRESHOLDS,
     calibrate_threshold,
     policy_controller,
     policy_metrics,
@@ -39,10 +45,8 @@ from framework.learning.train import (
 )
 from framework.models.structure import task_generation_structure
 
-METHODS = ("imitation", "dagger", "rl")
-LABELS = ("reference", "set")
-#: the window transformer's default width, layers and heads
-WINDOW_ARCH = {"d_model": 32, "layers": 2, "heads": 4}
+__all__ = ["LABELS", "METHODS", "WINDOW_ARCH", "PolicyOptions", "PolicyResult", "check_options", "report",
+           "train_policy"]
 
 
 @dataclass
@@ -77,9 +81,9 @@ class PolicyResult:
 
 
 def check_options(method: str, policies: Sequence[str], rounds: int, states_per_rollout: int,
-                  rl: Optional[dict] = None, labels: str = "reference",
-                  features: "str | Sequence[str] | None" = None) -> None:
-    """Refuse bad values before any work, naming what is allowed."""
+                  labels: str = "reference", features: "str | Sequence[str] | None" = None) -> None:
+    """Refuse bad values before any work, naming what is allowed (the command line's wording; the
+    :class:`PolicyOptions` groups check the same values by their declared parameters)."""
     if features is not None:
         parse_features(features)
     if labels not in LABELS:
@@ -94,104 +98,111 @@ def check_options(method: str, policies: Sequence[str], rounds: int, states_per_
         raise ValueError(f"rounds={rounds} with method=dagger; allowed: an integer ≥ 1")
     if states_per_rollout < 1:
         raise ValueError(f"states_per_rollout={states_per_rollout}; allowed: an integer ≥ 1")
-    if method == "rl":
-        from framework.learning.rl import check_rl_options
-
-        check_rl_options(**(rl or {}))
 
 
-def _fit(kind: str, train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict,
-         init: Any = None) -> tuple:
+@dataclass
+class _Run:
+    """One pipeline run's state, shared by its stages: the model, the task, the loop options ``config``,
+    the options, the output folder, the policy files by kind, the run's ``meta`` (saved with every
+    policy and sent to W&B), the networks and training figures by kind, and the printer ``say``."""
+
+    loaded: Any
+    task: Any
+    config: DecodeConfig
+    opts: PolicyOptions
+    out: Path
+    paths: dict
+    meta: dict
+    say: Any
+    progress: bool
+    nets: dict = field(default_factory=dict)
+    training: dict = field(default_factory=dict)
+
+    @property
+    def policies(self) -> list[str]:
+        return list(self.opts.network.policies)
+
+    @property
+    def batch(self) -> int:
+        return self.opts.data.decode_batch_size
+
+    @property
+    def threshold(self) -> float:
+        """τ the policies decode with before calibration (DAgger's visits, the saved files)."""
+        return self.opts.rounds.dagger_threshold
+
+
+def _fit(run: _Run, kind: str, train: RolloutDataset, val: RolloutDataset, init: Any = None) -> tuple:
+    """Fit one ``kind`` network (``logreg`` by scikit-learn, the others by Lightning, from ``init``)."""
+    t = run.opts.training
     if kind == "logreg":
-        return train_logreg(train, C=opts["C"], seed=opts["seed"]), {"epochs": None}
-    arch = {"hidden": list(opts["hidden"])} if kind == "mlp" else dict(opts["window_arch"])
-    if opts["residual"]:
-        arch["residual"] = True
-    return train_net(kind, train, val, out_dir=out, arch=arch, lr=opts["lr"], max_epochs=opts["max_epochs"],
-                     patience=opts["patience"],
-                     batch_size=opts["batch_size"] if kind == "mlp" else opts["window_batch"],
-                     seed=opts["seed"], wandb_mode=opts["wandb_mode"], accelerator=opts["accelerator"],
-                     progress=opts["progress"], run_config=opts["meta"], fast_dev_run=opts["fast_dev_run"],
-                     init=init,
-                     neg_weight=opts["neg_weight"])
+        return train_logreg(train, C=t.C, seed=t.seed), {"epochs": None}
+    logging = RunLogging.build(wandb_mode=run.opts.output.wandb_mode, progress=run.progress, run_config=run.meta)
+    return train_net(kind, train, val, out_dir=run.out, arch=run.opts.network.arch(kind), training=t.for_kind(kind),
+                     logging=logging, init=init)
 
 
-def train_policy(
-    task: str, *, model: Optional[str] = None, loaded: Any = None, task_params: Optional[dict] = None,
-    out_dir: "str | os.PathLike | None" = None, method: str = "imitation",
-    policies: Sequence[str] = ("mlp", "logreg"), n_train: int = 256, n_val: int = 64, n_test: int = 200,
-    hidden: Sequence[int] = (32, 32), window_arch: Optional[dict] = None, residual: bool = False,
-    neg_weight: float = 1.0, max_epochs: int = 40, patience: int = 5, batch_size: int = 256,
-    window_batch: int = 64, lr: float = 3e-3, C: float = 1.0, seed: int = 0, wandb_mode: str = "offline",
-    calibrate: bool = True, thresholds: Sequence[float] = DEFAULT_THRESHOLDS, max_drop: float = 0.01,
-    rollout: Optional[str] = None, rounds: int = 2, states_per_rollout: int = 4,
-    dagger_threshold: float = 0.9, rl: Optional[dict] = None, decode_options: Optional[dict] = None,
-    decode_batch_size: int = 64, device: str = "cpu", accelerator: str = "cpu", verbose: bool = True,
-    fast_dev_run: bool = False, model_options: Optional[dict] = None, labels: str = "reference",
-    features: "str | Sequence[str] | None" = None,
-) -> PolicyResult:
-    """Train the requested ``policies`` by ``method`` (module docstring); returns paths and figures.
+def train_policy(task: str, options: Optional[PolicyOptions] = None, *, model: Optional[str] = None,
+                 loaded: Any = None, task_params: Optional[dict] = None, model_options: Optional[dict] = None,
+                 device: str = "cpu") -> PolicyResult:
+    """Train the policies of ``options`` (:class:`PolicyOptions`, default every default) by its
+    method (module docstring); returns paths and figures.
 
-    ``labels``: ``reference`` (a position is safe when its prediction equals the token the reference
-    decode ends with) or ``set`` (safe *together with* the more confident positions of its step, by the
-    task's verifier: :mod:`framework.learning.set_labels`), for the imitation rows and DAgger rounds.
+    ``options.data.labels``: ``reference`` (a position is safe when its prediction equals the token the
+    reference decode ends with) or ``set`` (safe *together with* the more confident positions of its
+    step, by the task's verifier: :mod:`framework.learning.set_labels`), for the imitation rows and
+    DAgger rounds.
 
     ``model`` is a folder, a built-in or a cached hub name (default: the task's built-in model),
-    loaded with ``model_options`` (``dtype``, ``chat``, ``trust_remote_code``, ``query_chunk``);
-    the ``data`` and ``lm_eval`` tasks need one.
+    loaded on ``device`` with ``model_options`` (``dtype``, ``chat``, ``trust_remote_code``,
+    ``query_chunk``); the ``data`` and ``lm_eval`` tasks need one. ``loaded`` skips the loading.
 
     Training rows come from the train split, early stopping and calibration from the validation
-    split, the reported decoding figures from the test split. ``rl`` holds the keyword arguments of
-    :func:`framework.learning.rl_train.rl_finetune` (iterations, prompts, group, lam, reward_form, lr).
+    split, the reported decoding figures from the test split.
     """
-    check_options(method, policies, rounds, states_per_rollout, rl, labels, features)
-    t0, say = time.perf_counter(), _printer(verbose)
+    opts = (options or PolicyOptions()).validate()
+    t0, say = time.perf_counter(), _printer(opts.output.verbose)
     from framework.tasks.base import get_task
 
     task_obj = get_task(task, **(task_params or {}))
     structure = task_generation_structure(task_obj)
-    features = policy_features(features, structure, task_obj.name)  # before the model is loaded
+    features = policy_features(opts.data.features, structure, task_obj.name)  # before the model is loaded
     loaded, label = _model(task_obj, model, loaded, {**(model_options or {}), "device": device})
-    if labels == "set":
+    if opts.data.labels == "set":
         check_set_labels(task_obj)
-    out = _out_folder(out_dir, method, task_obj.name, label)
+    out = _out_folder(opts.output.out_dir, opts.rounds.method, task_obj.name, label)
     config = DecodeConfig.build(**{"gen_length": task_obj.gen_length,
-                                   "block_length": task_obj.default_block_length, **(decode_options or {})})
-    train, val, dataset = _rollout_datasets(loaded, task_obj, config, n_train, n_val, decode_batch_size,
-                                            rollout, say, labels)
+                                   "block_length": task_obj.default_block_length, **(opts.data.decode or {})})
+    run = _Run(loaded, task_obj, config, opts, out, {kind: out / f"{kind}.pt" for kind in opts.network.policies},
+               {}, say, opts.output.verbose and sys.stderr.isatty())
+    train, val, dataset = _rollout_datasets(run)
     train, val, dataset["features"] = train.select(features), val.select(features), list(features)
-    meta = {"task": task_obj.name, "task_params": task_obj.get_params(), "model": label, "method": method,
-            "residual": residual, "neg_weight": neg_weight, "decode": config.get_params(), "dataset": dataset,
-            "seed": seed, "structure": structure, "features": list(features)}
-    opts = dict(C=C, seed=seed, hidden=hidden, window_arch=window_arch or dict(WINDOW_ARCH), lr=lr,
-                max_epochs=max_epochs, patience=patience, batch_size=batch_size, window_batch=window_batch,
-                wandb_mode=wandb_mode, accelerator=accelerator, progress=verbose and sys.stderr.isatty(),
-                meta=meta, fast_dev_run=fast_dev_run, residual=residual, neg_weight=neg_weight, labels=labels,
-                features=features)
-    paths = {kind: out / f"{kind}.pt" for kind in policies}
-    nets, training = _imitation(policies, train, val, out, opts, paths, meta, dagger_threshold)
+    run.meta.update(_meta(run, label, dataset, structure, features))
+    _imitation(run, train, val)
     rounds_log = []
-    if method == "dagger":
-        rounds_log = _dagger(loaded, task_obj, config, policies, paths, nets, train, val, out, opts, training,
-                             rounds=rounds, n_train=n_train, states_per_rollout=states_per_rollout,
-                             decode_batch_size=decode_batch_size, threshold=dagger_threshold, say=say)
+    if opts.rounds.method == "dagger":
+        rounds_log = _dagger(run, train, val, features)
         dataset["dagger_rows"] = [r["rows"] for r in rounds_log]
-    if method == "rl":
-        _rl_stage(loaded, task_obj, config, policies, paths, nets, training, meta, out, rl or {}, seed=seed,
-                  wandb_mode=wandb_mode, verbose=verbose, batch=decode_batch_size, threshold=dagger_threshold)
-    verify = (rl or {}).get("verify_threshold") if method == "rl" else None  # decoded inside `verified`
-    calibration = _calibrate_all(loaded, task_obj, config, policies, paths, nets, meta, training, calibrate,
-                                 n_val=n_val, thresholds=thresholds, max_drop=max_drop, verify=verify,
-                                 decode_batch_size=decode_batch_size, threshold=dagger_threshold, say=say)
-    metrics = {k: policy_metrics(nets[k], val, load_policy(paths[k]).threshold, k) for k in policies}
-    test = _test_figures(loaded, task_obj, config, policies, paths, verify, n_test, decode_batch_size)
-    training["seconds"] = round(time.perf_counter() - t0, 1)
-    result = PolicyResult(paths, out, method, dataset, metrics, calibration, test, training,
-                          rounds=rounds_log, verify_threshold=verify)
+    if opts.rounds.method == "rl":
+        _rl_stage(run)
+    calibration = _calibrate_all(run)
+    metrics = {k: policy_metrics(run.nets[k], val, load_policy(run.paths[k]).threshold, k) for k in run.policies}
+    test = _test_figures(run)
+    run.training["seconds"] = round(time.perf_counter() - t0, 1)
+    result = PolicyResult(run.paths, out, opts.rounds.method, dataset, metrics, calibration, test, run.training,
+                          rounds=rounds_log, verify_threshold=opts.verify_threshold)
     (out / "summary.json").write_text(json.dumps(result.summary(), indent=2, default=str))
-    if verbose:
+    if opts.output.verbose:
         print(report(result))
     return result
+
+
+def _meta(run: _Run, label: str, dataset: dict, structure: Optional[dict], features: Sequence[str]) -> dict:
+    """The run's description saved with every policy file and sent to W&B."""
+    o = run.opts
+    return {"task": run.task.name, "task_params": run.task.get_params(), "model": label, "method": o.rounds.method,
+            "residual": o.network.residual, "neg_weight": o.training.neg_weight, "decode": run.config.get_params(),
+            "dataset": dataset, "seed": o.training.seed, "structure": structure, "features": list(features)}
 
 
 def check_set_labels(task: Any) -> None:
@@ -240,146 +251,133 @@ def _out_folder(out_dir: "str | os.PathLike | None", method: str, task_name: str
     return out
 
 
-def _rollout_datasets(loaded: Any, task_obj: Any, config: DecodeConfig, n_train: int, n_val: int,
-                      decode_batch_size: int, rollout: Optional[str], say: Any,
-                      labels: str = "reference") -> tuple[RolloutDataset, RolloutDataset, dict[str, Any]]:
-    """The training and validation rows (from ``rollout``'s decodes, default sequential; labelled by
-    ``labels``) and their figures."""
-    roll = build_controller(rollout) if rollout else None
-    if labels == "set":
-        from framework.learning.set_labels import build_set_dataset
+def _rollout_datasets(run: _Run) -> tuple[RolloutDataset, RolloutDataset, dict[str, Any]]:
+    """The training and validation rows (from the ``rollout`` controller's decodes, default sequential;
+    labelled by ``labels``) and their figures."""
+    d = run.opts.data
+    roll = build_controller(d.rollout) if d.rollout else None
+    sets = {}
+    for split, n in (("train", d.n_train), ("validation", d.n_val)):
+        if d.labels == "set":
+            from framework.learning.set_labels import build_set_dataset
 
-        ctrl = roll or build_controller("sequential")
-        train = build_set_dataset(loaded, task_obj, "train", n_train, ctrl, config=config, batch_size=decode_batch_size)
-        val = build_set_dataset(loaded, task_obj, "validation", n_val, ctrl, config=config,
-                                batch_size=decode_batch_size)
-    else:
-        train = build_dataset(loaded, task_obj, "train", n_train, config=config, batch_size=decode_batch_size,
-                              rollout=roll)
-        val = build_dataset(loaded, task_obj, "validation", n_val, config=config, batch_size=decode_batch_size,
-                            rollout=roll)
+            sets[split] = build_set_dataset(run.loaded, run.task, split, n, roll or build_controller("sequential"),
+                                            config=run.config, batch_size=d.decode_batch_size)
+        else:
+            sets[split] = build_dataset(run.loaded, run.task, split, n, config=run.config,
+                                        batch_size=d.decode_batch_size, rollout=roll)
+    train, val = sets["train"], sets["validation"]
     dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
-               "val_positive_rate": val.positive_rate, "n_train": n_train, "n_val": n_val,
-               "rollout": rollout or "sequential", "labels": labels}
-    say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
-        f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
+               "val_positive_rate": val.positive_rate, "n_train": d.n_train, "n_val": d.n_val,
+               "rollout": d.rollout or "sequential", "labels": d.labels}
+    run.say(f"rollouts: {len(train)} training rows ({train.positive_rate:.1%} safe), "
+            f"{len(val)} validation rows ({val.positive_rate:.1%} safe)")
     return train, val, dataset
 
 
-def _imitation(policies: Sequence[str], train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict,
-               paths: dict, meta: dict, threshold: float) -> tuple[dict, dict]:
-    """Fit each policy kind on the rows (imitation) and save it: the nets and their training figures."""
-    nets, training = {}, {}
-    for kind in policies:
+def _imitation(run: _Run, train: RolloutDataset, val: RolloutDataset) -> None:
+    """Fit each policy kind on the rows (imitation) and save it: ``run.nets`` and ``run.training``."""
+    for kind in run.policies:
         t1 = time.perf_counter()
-        nets[kind], info = _fit(kind, train, val, out, opts)
-        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold, meta=meta)
-        training[kind] = {**info, "imitation_seconds": round(time.perf_counter() - t1, 1)}
-    return nets, training
+        run.nets[kind], info = _fit(run, kind, train, val)
+        save_policy(run.nets[kind], run.paths[kind], kind=kind, threshold=run.threshold, meta=run.meta)
+        run.training[kind] = {**info, "imitation_seconds": round(time.perf_counter() - t1, 1)}
 
 
-def _rl_stage(loaded: Any, task_obj: Any, config: DecodeConfig, policies: Sequence[str], paths: dict,
-              nets: dict,
-              training: dict, meta: dict, out: Path, rl: dict, *, seed: int, wandb_mode: str, verbose: bool,
-              batch: int, threshold: float) -> None:
-    """Fine-tune each imitation policy by RL (:func:`rl_finetune`, ``rl`` its options) and save it."""
+def _rl_stage(run: _Run) -> None:
+    """Fine-tune each imitation policy by RL (:func:`rl_finetune` with ``rl``'s options) and save it."""
     from framework.learning.rl_train import rl_finetune
 
-    for kind in policies:
+    logging = RunLogging.build(wandb_mode=run.opts.output.wandb_mode, progress=run.opts.output.verbose)
+    for kind in run.policies:
         t1 = time.perf_counter()
-        nets[kind], info = rl_finetune(loaded, task_obj, paths[kind], config, out_dir=out / kind,
-                                       seed=seed, wandb_mode=wandb_mode, verbose=verbose,
-                                       decode_batch_size=batch, **rl)
-        save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold, meta={**meta, "rl": info})
-        training[kind]["rl"] = {**info, "seconds": round(time.perf_counter() - t1, 1)}
+        run.nets[kind], info = rl_finetune(run.loaded, run.task, run.paths[kind], run.config, run.opts.rl_options(),
+                                           out_dir=run.out / kind, logging=logging, decode_batch_size=run.batch)
+        save_policy(run.nets[kind], run.paths[kind], kind=kind, threshold=run.threshold,
+                    meta={**run.meta, "rl": info})
+        run.training[kind]["rl"] = {**info, "seconds": round(time.perf_counter() - t1, 1)}
 
 
-def _calibrate_all(loaded: Any, task_obj: Any, config: DecodeConfig, policies: Sequence[str], paths: dict,
-                   nets: dict, meta: dict, training: dict, calibrate: bool, *, n_val: int,
-                   thresholds: Sequence[float], max_drop: float, verify: Optional[float],
-                   decode_batch_size: int, threshold: float, say: Any) -> dict[str, Any]:
+def _calibrate_all(run: _Run) -> dict[str, Any]:
     """Calibrate each policy's threshold on the validation split (when ``calibrate``; the sequential
     reference is decoded once) and save the policy with it: the calibration figures per kind."""
+    cal_opts, n_val = run.opts.calibration, run.opts.data.n_val
     calibration: dict[str, Any] = {}
     reference = None
-    for kind in policies:
-        chosen = threshold
-        if calibrate:
-            say(f"calibrating the {kind} policy's threshold on {n_val} validation prompts ...")
-            cal = calibrate_threshold(loaded, task_obj, CONTROLLER_OF[kind], paths[kind], config, n=n_val,
-                                      thresholds=thresholds, max_drop=max_drop, batch_size=decode_batch_size,
-                                      reference=reference, verify_threshold=verify)
+    for kind in run.policies:
+        chosen = run.threshold
+        if cal_opts.calibrate:
+            run.say(f"calibrating the {kind} policy's threshold on {n_val} validation prompts ...")
+            cal = calibrate_threshold(run.loaded, run.task, CONTROLLER_OF[kind], run.paths[kind], run.config,
+                                      n=n_val, thresholds=cal_opts.thresholds, max_drop=cal_opts.max_drop,
+                                      batch_size=run.batch, reference=reference,
+                                      verify_threshold=run.opts.verify_threshold)
             reference = cal["reference"]
             calibration[kind] = cal
             chosen = cal["threshold"]
-        save_policy(nets[kind], paths[kind], kind=kind, threshold=chosen,
-                    meta={**meta, "calibration": calibration.get(kind), "training": training[kind]})
+        save_policy(run.nets[kind], run.paths[kind], kind=kind, threshold=chosen,
+                    meta={**run.meta, "calibration": calibration.get(kind), "training": run.training[kind]})
     return calibration
 
 
-def _test_figures(loaded: Any, task_obj: Any, config: DecodeConfig, policies: Sequence[str], paths: dict,
-                  verify: Optional[float], n_test: int, decode_batch_size: int) -> dict[str, Any]:
-    """Sequential decoding and every saved policy (inside ``verified`` when ``verify``) on ``n_test``
+def _test_figures(run: _Run) -> dict[str, Any]:
+    """Sequential decoding and every saved policy (inside ``verified`` when RL verified) on ``n_test``
     test prompts: their evaluation rows by label (none when ``n_test`` is 0)."""
     from framework.engine.evaluate import evaluate
 
+    verify, n_test = run.opts.verify_threshold, run.opts.data.n_test
     test: dict[str, Any] = {}
     if n_test:
         runs = [("sequential", build_controller("sequential"))] + [
             (CONTROLLER_OF[k] if verify is None else f"verified {CONTROLLER_OF[k]}",
-             policy_controller(CONTROLLER_OF[k], paths[k], verify_threshold=verify)) for k in policies]
+             policy_controller(CONTROLLER_OF[k], run.paths[k], verify_threshold=verify)) for k in run.policies]
         for label_, ctrl in runs:
-            test[label_] = evaluate(loaded, task_obj, ctrl, config, split="test", n=n_test,
-                                    batch_size=decode_batch_size).row()
+            test[label_] = evaluate(run.loaded, run.task, ctrl, run.config, split="test", n=n_test,
+                                    batch_size=run.batch).row()
     return test
 
 
-def _dagger(loaded: Any, task: Any, config: DecodeConfig, policies: Sequence[str], paths: dict, nets: dict,
-            train: RolloutDataset, val: RolloutDataset, out: Path, opts: dict, training: dict, *, rounds: int,
-            n_train: int, states_per_rollout: int, decode_batch_size: int, threshold: float,
-            say: Any) -> list:
+def _dagger(run: _Run, train: RolloutDataset, val: RolloutDataset, features: Sequence[str]) -> list:
     """The DAgger rounds, per policy kind: visit, label from the visited states, aggregate, retrain."""
     from tqdm.auto import tqdm
 
     log = []
-    data = {kind: train for kind in policies}
-    for r in range(1, rounds + 1):
-        for kind in policies:
+    data = {kind: train for kind in run.policies}
+    n_train = run.opts.data.n_train
+    for r in range(1, run.opts.rounds.rounds + 1):
+        for kind in run.policies:
             t1 = time.perf_counter()
-            ctrl = build_controller(CONTROLLER_OF[kind], policy=str(paths[kind]), threshold=threshold)
+            ctrl = build_controller(CONTROLLER_OF[kind], policy=str(run.paths[kind]), threshold=run.threshold)
             with tqdm(total=n_train, desc=f"DAgger round {r} ({kind}): visit and label", unit="prompt",
-                      disable=not opts["progress"]) as bar:
-                new = _visit_and_label(loaded, task, ctrl, config, opts, n_train=n_train, round_=r,
-                                       states_per_rollout=states_per_rollout, batch_size=decode_batch_size,
-                                       progress=bar)
+                      disable=not run.progress) as bar:
+                new = _visit_and_label(run, ctrl, r, bar).select(features)
             data[kind] = RolloutDataset.concat([data[kind], new])
-            nets[kind], info = _fit(kind, data[kind], val, out, opts,
-                                    init=None if kind == "logreg" else nets[kind])
-            save_policy(nets[kind], paths[kind], kind=kind, threshold=threshold, meta=opts["meta"])
+            run.nets[kind], info = _fit(run, kind, data[kind], val, init=None if kind == "logreg" else run.nets[kind])
+            save_policy(run.nets[kind], run.paths[kind], kind=kind, threshold=run.threshold, meta=run.meta)
             entry = {"round": r, "policy": kind, "rows": len(new), "safe_rate": new.positive_rate,
                      "total_rows": len(data[kind]), "seconds": round(time.perf_counter() - t1, 1)}
-            say(f"DAgger round {r} ({kind}): {len(new)} on-policy rows ({new.positive_rate:.1%} safe), "
-                f"{len(data[kind])} in all")
-            training[kind].setdefault("dagger", []).append({**entry, **{k: v for k, v in info.items()
-                                                                        if k != "history"}})
+            run.say(f"DAgger round {r} ({kind}): {len(new)} on-policy rows ({new.positive_rate:.1%} safe), "
+                    f"{len(data[kind])} in all")
+            run.training[kind].setdefault("dagger", []).append({**entry, **{k: v for k, v in info.items()
+                                                                            if k != "history"}})
             log.append(entry)
     return log
 
 
-def _visit_and_label(loaded: Any, task: Any, ctrl: Any, config: DecodeConfig, opts: dict, *, n_train: int,
-                     round_: int, states_per_rollout: int, batch_size: int, progress: Any) -> RolloutDataset:
+def _visit_and_label(run: _Run, ctrl: Any, round_: int, progress: Any) -> RolloutDataset:
     """One DAgger round's rows: the states ``ctrl`` visits on the train split, labelled by the reference
     continued from them (``states_per_rollout`` per prompt) or, with set labels, every one of them."""
-    if opts.get("labels") == "set":
+    n_train = run.opts.data.n_train
+    if run.opts.data.labels == "set":
         from framework.learning.set_labels import build_set_dataset
 
-        return build_set_dataset(loaded, task, "train", n_train, ctrl, config=config, batch_size=batch_size,
-                                 progress=progress).select(opts["features"])
+        return build_set_dataset(run.loaded, run.task, "train", n_train, ctrl, config=run.config,
+                                 batch_size=run.batch, progress=progress)
     from framework.learning.dagger import build_on_policy_dataset
 
-    return build_on_policy_dataset(loaded, task, "train", n_train, ctrl, config=config, batch_size=batch_size,
-                                   states_per_rollout=states_per_rollout, data_seed=0,
-                                   seed=opts["seed"] + round_, progress=progress).select(opts["features"])
+    return build_on_policy_dataset(run.loaded, run.task, "train", n_train, ctrl, config=run.config,
+                                   batch_size=run.batch, states_per_rollout=run.opts.rounds.states_per_rollout,
+                                   data_seed=0, seed=run.opts.training.seed + round_, progress=progress)
 
 
 def report(result: PolicyResult) -> str:

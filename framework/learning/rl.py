@@ -29,7 +29,7 @@ policy trained so is meant to be decoded inside ``verified`` at the same τ₂.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import torch
 from torch import nn
@@ -51,24 +51,6 @@ def reward(correct: torch.Tensor, nfe: torch.Tensor, gen_length: int, lam: float
         raise ValueError(f"lambda={lam}; allowed: a finite number ≥ 0")
     c, cost = correct.double(), nfe.double() / float(gen_length)
     return c - lam * cost if form == "additive" else c * torch.exp(-lam * cost)
-
-
-def check_rl_options(iterations: int = 20, prompts: int = 16, group: int = 4, lam: float = 0.5,
-                     reward_form: str = "additive", threshold: float = 0.99, temperature: float = 1.0,
-                     verify_threshold: Optional[float] = None, **_: Any) -> None:
-    """Refuse bad RL settings before any work (``rl_finetune``'s keywords; others are ignored)."""
-    for name, v, low in (("iterations", iterations, 1), ("prompts", prompts, 1), ("group", group, 2)):
-        if int(v) < low:
-            raise ValueError(f"rl {name}={v}; allowed: an integer ≥ {low}"
-                             + (" (the group baseline needs two rollouts per prompt)" if name == "group"
-                                else ""))
-    reward(torch.zeros(1), torch.ones(1), 1, lam, reward_form)  # validates λ and the form
-    if not (0.0 < threshold < 1.0 and temperature > 0):
-        raise ValueError(f"rl threshold={threshold} (allowed: strictly between 0 and 1) or temperature="
-                         f"{temperature} (allowed: > 0)")
-    if verify_threshold is not None and not 0.0 <= verify_threshold <= 1.0:
-        raise ValueError(f"rl verify_threshold={verify_threshold}; allowed: 0 to 1 (τ₂ of WINO's check), or "
-                         f"none")
 
 
 def group_advantages(rewards: torch.Tensor, groups: torch.Tensor, normalise: bool = True) -> torch.Tensor:

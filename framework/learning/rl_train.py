@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import os
 import sys
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
@@ -24,10 +25,10 @@ from framework.core.measure import tokens_per_forward
 from framework.engine.config import DecodeConfig
 from framework.learning.features import FEATURE_NAMES
 from framework.learning.nets import CONTROLLER_OF, build_net
+from framework.learning.options import RLOptions, RunLogging
 from framework.learning.policy import load_policy, save_policy
 from framework.learning.rl import (
     ActionRecorder,
-    check_rl_options,
     group_advantages,
     reinforce_loss,
     reward,
@@ -84,39 +85,50 @@ def _rl_module_class() -> type:
     return RLPolicyModule
 
 
-def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config: DecodeConfig, *,
-                out_dir: "str | os.PathLike", iterations: int = 20, prompts: int = 16, group: int = 4,
-                lam: float = 0.5, reward_form: str = "additive", normalise: bool = True, lr: float = 1e-3,
-                threshold: float = 0.99, temperature: float = 1.0, verify_threshold: Optional[float] = None,
-                minibatch: int = 4096, seed: int = 0, data_seed: int = 0, wandb_mode: str = "offline",
-                resume: bool = True, verbose: bool = True, decode_batch_size: int = 64) -> tuple[Any, dict]:
-    """Fine-tune the policy in ``init_policy`` with REINFORCE; returns the network and run info."""
+def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config: DecodeConfig,
+                options: Optional[RLOptions] = None, *, out_dir: "str | os.PathLike",
+                logging: Optional[RunLogging] = None, decode_batch_size: int = 64) -> tuple[Any, dict]:
+    """Fine-tune the policy in ``init_policy`` with REINFORCE by ``options``
+    (:class:`~framework.learning.options.RLOptions`: λ, the reward form, K = ``group`` rollouts per
+    prompt, τ and T of the sampled policy, τ₂; its ``seed`` null = 0), decoding ``decode_batch_size``
+    rollouts together; W&B mode and progress from ``logging``. Returns the network and run info."""
     import pytorch_lightning as pl
 
-    check_rl_options(iterations, prompts, group, lam, reward_form, threshold, temperature, verify_threshold)
+    opts = options if options is not None else RLOptions()
+    log = logging if logging is not None else RunLogging(progress=True)
+    opts.validate()
+    log.validate()
+    seed = opts.seed or 0
     start = load_policy(init_policy)
     kind = start.kind
     out = Path(out_dir) / "rl"
     out.mkdir(parents=True, exist_ok=True)
     pl.seed_everything(seed, workers=True, verbose=False)
-    module = _rl_module_class()(kind=kind, arch=start.net.arch(), lr=lr, threshold=threshold,
-                                temperature=temperature, n_features=len(start.feature_names))
+    module = _rl_module_class()(kind=kind, arch=start.net.arch(), lr=opts.lr, threshold=opts.threshold,
+                                temperature=opts.temperature, n_features=len(start.feature_names))
     module.net.load_state_dict(copy.deepcopy(start.net).float().state_dict())
-    collector = _RolloutCollector(module, start, out / "current.pt", loaded, task, config, prompts=prompts,
-                                  group=group, lam=lam, reward_form=reward_form, normalise=normalise,
-                                  temperature=temperature, threshold=threshold,
-                                  verify_threshold=verify_threshold, seed=seed, data_seed=data_seed,
-                                  decode_batch_size=decode_batch_size, verbose=verbose)
+    collector = _RolloutCollector(module, start, out / "current.pt",
+                                  _Rollouts(loaded, task, config, decode_batch_size), opts, log.progress)
     module.collect = collector
-    loggers = _loggers(out, f"rl-{kind}-{Path(out_dir).name}", wandb_mode)
-    last, resumed = _fit(module, _Minibatches(module, seed, minibatch), out, loggers, iterations=iterations,
-                         resume=resume, verbose=verbose)
-    info = {"iterations": iterations, "prompts": prompts, "group": group, "lambda": lam,
-            "reward": reward_form,
-            "threshold": threshold, "temperature": temperature,
-            "normalise": normalise, "lr": lr, "history": collector.history, "last_checkpoint": str(last),
+    loggers = _loggers(out, f"rl-{kind}-{Path(out_dir).name}", log.wandb_mode)
+    last, resumed = _fit(module, _Minibatches(module, seed, opts.minibatch), out, loggers,
+                         iterations=opts.iterations, resume=opts.resume, verbose=log.progress)
+    info = {"iterations": opts.iterations, "prompts": opts.prompts, "group": opts.group, "lambda": opts.lam,
+            "reward": opts.reward_form,
+            "threshold": opts.threshold, "temperature": opts.temperature,
+            "normalise": opts.normalise, "lr": opts.lr, "history": collector.history, "last_checkpoint": str(last),
             "resumed": resumed}
     return module.net.cpu().eval(), info
+
+
+@dataclass
+class _Rollouts:
+    """What the rollouts decode: the model, the task, the loop options, and how many rollouts at once."""
+
+    loaded: Any
+    task: Any
+    config: DecodeConfig
+    batch_size: int
 
 
 class _Minibatches(IterableDataset):
@@ -139,29 +151,22 @@ class _RolloutCollector:
     samples of each of ``prompts`` training prompts with it (sampling its commits), score them,
     and turn rewards r(correct, NFE) into group advantages A over the recorded steps."""
 
-    def __init__(self, module: Any, start: Any, current: Path, loaded: Any, task: Any, config: DecodeConfig,
-                 *, prompts: int, group: int, lam: float, reward_form: str, normalise: bool,
-                 temperature: float, threshold: float, verify_threshold: Optional[float], seed: int,
-                 data_seed: int, decode_batch_size: int, verbose: bool) -> None:
-        self.module, self.start, self.current, self.loaded, self.task, self.config = (
-            module, start, current, loaded, task, config)
-        self.prompts, self.group, self.lam, self.reward_form, self.normalise = (
-            prompts, group, lam, reward_form, normalise)
-        self.temperature, self.threshold, self.verify_threshold = temperature, threshold, verify_threshold
-        self.seed, self.data_seed = seed, data_seed
-        self.decode_batch_size, self.verbose = decode_batch_size, verbose
+    def __init__(self, module: Any, start: Any, current: Path, env: _Rollouts, options: RLOptions,
+                 verbose: bool) -> None:
+        self.module, self.start, self.current, self.env, self.opts = module, start, current, env, options
+        self.verbose = verbose
         self.history: list[dict[str, float]] = []
 
     def __call__(self, epoch: int) -> tuple:
-        module, kind, G = self.module, self.start.kind, self.config.gen_length
+        module, kind, G, o = self.module, self.start.kind, self.env.config.gen_length, self.opts
         save_policy(copy.deepcopy(module.net).cpu().eval(), self.current, kind=kind,
                     threshold=self.start.threshold,
                     meta={**self.start.meta, "rl_epoch": epoch})
-        examples = list(rollout_prompts(self.task, self.prompts, epoch, self.data_seed))
-        jobs = [(g, ex, k) for g, ex in enumerate(examples) for k in range(self.group)]
+        examples = list(rollout_prompts(self.env.task, o.prompts, epoch, o.data_seed))
+        jobs = [(g, ex, k) for g, ex in enumerate(examples) for k in range(o.group)]
         parts, correct, nfe, groups = [], [], [], []
-        for s in range(0, len(jobs), self.decode_batch_size):
-            chunk = jobs[s:s + self.decode_batch_size]
+        for s in range(0, len(jobs), self.env.batch_size):
+            chunk = jobs[s:s + self.env.batch_size]
             data_part, chunk_correct, chunk_nfe = self._decode(chunk, epoch)
             parts.append(data_part)
             correct += chunk_correct
@@ -169,8 +174,8 @@ class _RolloutCollector:
             groups += [g for g, _, _ in chunk]
         data = RolloutDataset.concat(parts)  # rollout j of the epoch is sample j
         c, n = torch.tensor(correct), torch.tensor(nfe, dtype=torch.float64)
-        r = reward(c, n, G, self.lam, self.reward_form)
-        adv = group_advantages(r, torch.tensor(groups), self.normalise)
+        r = reward(c, n, G, o.lam, o.reward_form)
+        adv = group_advantages(r, torch.tensor(groups), o.normalise)
         module.stats = {"reward": float(r.mean()), "accuracy": float(c.mean()), "nfe": float(n.mean()),
                         "tpf": tokens_per_forward(torch.full_like(n, G), n)}  # every position: G / mean NFE
         self.history.append({"epoch": epoch, **module.stats})
@@ -187,15 +192,16 @@ class _RolloutCollector:
         from framework.engine.evaluate import item_seeds
         from framework.engine.loop import decode
 
-        tok, task = self.loaded.tokenizer, self.task
-        rec = ActionRecorder(policy_controller(CONTROLLER_OF[self.start.kind], self.current, self.threshold,
-                                               self.verify_threshold, sample=True,
-                                               sample_temperature=self.temperature), self.config.gen_length,
+        env, o = self.env, self.opts
+        tok, task, config = env.loaded.tokenizer, env.task, env.config
+        rec = ActionRecorder(policy_controller(CONTROLLER_OF[self.start.kind], self.current, o.threshold,
+                                               o.verify_threshold, sample=True,
+                                               sample_temperature=o.temperature), config.gen_length,
                              self.start.structure)
-        res = decode(self.loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, self.config,
-                     seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], self.seed),
+        res = decode(env.loaded.denoiser, [tok.encode(ex.prompt) for _, ex, _ in chunk], rec, config,
+                     seeds=item_seeds([f"{ex.id}/rl{epoch}/{k}" for _, ex, k in chunk], o.seed or 0),
                      context=DecodeContext.for_batch(tok, [ex for _, ex, _ in chunk], task=task,
-                                                     gen_length=self.config.gen_length))
+                                                     gen_length=config.gen_length))
         correct = [float(task.score(ex, tok.decode(row, stop_at_eos=True)))
                    for (_, ex, _), row in zip(chunk, res.generated.tolist())]
         return rec.dataset().select(self.start.feature_names), correct, res.nfe.tolist()

@@ -53,10 +53,9 @@ from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
 from framework.learning.features import FEATURE_NAMES
 from framework.learning.nets import PolicyNet, build_net
+from framework.learning.options import DEFAULT_THRESHOLDS, NetTraining, RunLogging
 from framework.learning.rollouts import RolloutDataset
 from framework.learning.windows import Windows, as_windows
-
-DEFAULT_THRESHOLDS = (0.5, 0.7, 0.8, 0.9, 0.95, 0.98, 0.99, 0.995, 0.999, 0.9995, 0.9999)
 
 
 # ---------------------------------------------------------------------- training
@@ -212,47 +211,40 @@ def quiet_lightning(quiet: bool) -> Any:
 
 
 def train_net(kind: str, train: RolloutDataset, val: RolloutDataset, *, out_dir: "str | os.PathLike",
-              arch: Optional[dict] = None, lr: float = 3e-3, weight_decay: float = 1e-4,
-              max_epochs: int = 40, patience: int = 5, batch_size: int = 256, seed: int = 0,
-              wandb_mode: str = "offline", accelerator: str = "cpu", devices: Any = 1,
-              progress: bool = False, run_config: Optional[dict] = None, fast_dev_run: bool = False,
-              init: Optional[nn.Module] = None, neg_weight: float = 1.0) -> tuple[nn.Module, dict[str, Any]]:
-    """Train an ``mlp`` or ``transformer`` policy with Lightning (from ``init``'s weights if given,
-    e.g. the previous DAgger round's); returns the best-validation-loss network and run info."""
+              arch: Optional[dict] = None, training: Optional[NetTraining] = None,
+              logging: Optional[RunLogging] = None,
+              init: Optional[nn.Module] = None) -> tuple[nn.Module, dict[str, Any]]:
+    """Train an ``mlp`` or ``transformer`` policy with Lightning by ``training``'s optimisation
+    (:class:`~framework.learning.options.NetTraining`, default every default), logging by ``logging``
+    (:class:`~framework.learning.options.RunLogging`), from ``init``'s weights if given (e.g. the
+    previous DAgger round's); returns the best-validation-loss network and run info."""
     pl = _lightning()
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
-    from pytorch_lightning.loggers import CSVLogger
 
-    if wandb_mode not in ("offline", "online", "disabled"):
-        raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
+    t = training if training is not None else NetTraining()
+    log = logging if logging is not None else RunLogging()
+    t.validate()
+    log.validate()
     out = Path(out_dir)
-    pl.seed_everything(seed, workers=True, verbose=False)
-    module = make_policy_module(kind, arch, lr, weight_decay, neg_weight, n_features=train.X.shape[1])
+    pl.seed_everything(t.seed, workers=True, verbose=False)
+    module = make_policy_module(kind, arch, t.lr, t.weight_decay, t.neg_weight, n_features=train.X.shape[1])
     if init is not None:
         module.net.load_state_dict(init.state_dict())
     else:
         module.net.set_normalisation(train.X)
-    loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
-    wandb_logger = None
-    if wandb_mode != "disabled":
-        from pytorch_lightning.loggers import WandbLogger
-
-        os.environ.setdefault("WANDB_SILENT", "true")
-        wandb_logger = WandbLogger(project="adaptive-decoding", name=f"policy-{kind}-{out.name}",
-                                   save_dir=str(out / "lightning"), mode=wandb_mode, config=run_config or {})
-        loggers.append(wandb_logger)
+    loggers, wandb_logger = _net_loggers(out, kind, log)
     ckpt = ModelCheckpoint(dirpath=str(out / "lightning" / "checkpoints"), monitor="val_loss", mode="min",
                            save_top_k=1, filename=kind + "-{epoch:02d}-{val_loss:.4f}")
-    stop = EarlyStopping(monitor="val_loss", mode="min", patience=patience)
-    with quiet_lightning(not progress):
+    stop = EarlyStopping(monitor="val_loss", mode="min", patience=t.patience)
+    with quiet_lightning(not log.progress):
         trainer = pl.Trainer(
-            accelerator=accelerator, devices=devices, max_epochs=max_epochs, logger=loggers,
-            callbacks=[ckpt, stop], enable_progress_bar=progress, enable_model_summary=progress,
+            accelerator=t.accelerator, devices=t.devices, max_epochs=t.max_epochs, logger=loggers,
+            callbacks=[ckpt, stop], enable_progress_bar=log.progress, enable_model_summary=log.progress,
             num_sanity_val_steps=0, log_every_n_steps=1, default_root_dir=str(out / "lightning"),
-            deterministic=True, fast_dev_run=fast_dev_run,
+            deterministic=True, fast_dev_run=t.fast_dev_run,
         )
         trainer.fit(module, datamodule=make_datamodule(as_windows(kind, train), as_windows(kind, val),
-                                                       batch_size, seed))
+                                                       t.batch_size, t.seed))
     best = ckpt.best_model_path
     if best:
         state = torch.load(best, map_location="cpu", weights_only=False)["state_dict"]
@@ -260,11 +252,28 @@ def train_net(kind: str, train: RolloutDataset, val: RolloutDataset, *, out_dir:
     info = {"best_checkpoint": best or None, "epochs": int(trainer.current_epoch),
             "stopped_early": bool(stop.stopped_epoch), "csv_log": str(loggers[0].log_dir),
             "best_val_loss": float(ckpt.best_model_score) if ckpt.best_model_score is not None else None,
-            "wandb": wandb_mode}
+            "wandb": log.wandb_mode}
     if wandb_logger is not None:
         info["wandb_dir"] = str(out / "lightning")
         wandb_logger.experiment.finish()
     return module.net.cpu().eval(), info
+
+
+def _net_loggers(out: Path, kind: str, log: RunLogging) -> tuple[list[Any], Any]:
+    """A CSV logger under ``out/lightning``, and a W&B one (also returned alone) unless disabled."""
+    from pytorch_lightning.loggers import CSVLogger
+
+    loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
+    wandb_logger = None
+    if log.wandb_mode != "disabled":
+        from pytorch_lightning.loggers import WandbLogger
+
+        os.environ.setdefault("WANDB_SILENT", "true")
+        wandb_logger = WandbLogger(project="adaptive-decoding", name=f"policy-{kind}-{out.name}",
+                                   save_dir=str(out / "lightning"), mode=log.wandb_mode,
+                                   config=log.run_config or {})
+        loggers.append(wandb_logger)
+    return loggers, wandb_logger
 
 
 def policy_metrics(net: nn.Module, data: RolloutDataset, threshold: float, kind: str = "mlp") -> dict[str,

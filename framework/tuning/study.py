@@ -70,10 +70,9 @@ from framework.tuning.objective import (
     run_worker,
     score_examples,
 )
+from framework.tuning.options import TuneOptions
 from framework.tuning.space import default_point, tuned_space, with_point
 from framework.tuning.storage import open_storage, redact_url, storage_forms
-
-DEFAULT_OUT = Path("runs") / "tune"
 
 
 # ---------------------------------------------------------------------- the whole run
@@ -108,97 +107,73 @@ def safe_study_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", text).strip("-") or "study"
 
 
-def tune_controller(
-    controller: str,
-    task: str,
-    *,
-    model: Optional[str] = None,
-    loaded: Optional[LoadedModel] = None,
-    task_params: Optional[dict[str, Any]] = None,
-    n_trials: int = 20,
-    workers: int = 1,
-    storage: Any = None,
-    study_name: Optional[str] = None,
-    out_dir: "str | os.PathLike" = DEFAULT_OUT,
-    n_val: int = 64,
-    n_test: int = 200,
-    batch_size: int = 64,
-    max_drop: float = 0.01,
-    prune_margin: Optional[float] = 0.25,
-    prune_fraction: float = 0.25,
-    fixed: Optional[dict[str, Any]] = None,
-    ranges: Optional[dict[str, str]] = None,
-    decode: Optional[dict[str, Any]] = None,
-    seed: int = 0,
-    data_seed: int = 0,
-    device: str = "cpu",
-    model_options: Optional[dict[str, Any]] = None,
-    plot: bool = True,
-    verbose: bool = True,
-    mp_context: str = "spawn",
-) -> TuneResult:
-    """Tune ``controller`` on ``task`` (see the module docstring for every rule).
+def tune_controller(controller: str, task: str, options: Optional[TuneOptions] = None, *,
+                    model: Optional[str] = None, loaded: Optional[LoadedModel] = None,
+                    task_params: Optional[dict[str, Any]] = None, model_options: Optional[dict[str, Any]] = None,
+                    device: str = "cpu") -> TuneResult:
+    """Tune ``controller`` on ``task`` by ``options`` (see the module docstring for every rule).
 
     Args:
         controller: a registered controller name with a declared search space.
         task: a registered task name (``task_params`` for its size knobs).
+        options: :class:`~framework.tuning.options.TuneOptions` (default every default): ``search``
+            (trials, sampler seed, fixed parameters, ranges, pruning), ``evaluation`` (validation and
+            test sizes, decoding options, ``max_drop``), ``study`` (storage, name, workers),
+            ``output`` (folder, plot).
         model: model name or folder (default ``tiny-<task>``); or pass ``loaded`` directly (it is
             pickled to spawned workers).
-        n_trials: total finished trials the study should hold (resuming counts earlier ones).
-        workers: processes sharing the storage (needs a storage other than ``memory``).
-        storage: storage spec or object (default SQLite ``<out_dir>/<study>.db``).
-        study_name: default ``<controller>-<task>-<model>``.
-        n_val, n_test: validation examples per trial, test examples for the reported figures.
-        max_drop: accuracy the chosen point may lose against sequential decoding (validation).
-        prune_margin: prune a trial whose accuracy on the first ``prune_fraction`` of the
-            validation examples is this far below sequential's there (``None`` = never prune).
-        fixed: controller parameters held fixed (removed from the space).
-        ranges: ``{name: "LOW:HIGH"}`` replacing declared ranges (dotted names for nested controllers),
-            checked against each parameter's bounds before any work.
-        decode: :class:`DecodeConfig` options (default: the task's gen_length / block length).
         model_options: more :func:`framework.models.zoo.load_model` options for ``model`` (``dtype``,
-            ``trust_remote_code``, ``query_chunk``, ``chat``), also used by spawned workers.
-        seed: sampler seed (decoding uses ``decode['seed']``, default 0).
+            ``trust_remote_code``, ``query_chunk``, ``chat``), also used by spawned workers; the
+            model is loaded on ``device``.
 
     Returns:
         :class:`TuneResult` with ``path`` the exported YAML (``--controller tuned:PATH``).
     """
-    _check_arguments(n_trials, workers, n_val, n_test, max_drop, prune_fraction)
+    opts = (options or TuneOptions()).validate()
+    search, ev, st = opts.search, opts.evaluation, opts.study
     cls = CONTROLLERS.get(controller)
-    fixed = dict(fixed or {})
-    tuned_space(cls, fixed, ranges)  # fails early on an empty space or a bad --range
-    options = {**(model_options or {}), "device": device}
-    task_obj, loaded, model_label, config = _load_setup(task, task_params, model, loaded, options, decode)
+    fixed = dict(search.fixed)
+    tuned_space(cls, fixed, search.ranges)  # fails early on an empty space or a bad --range
+    model_opts = {**(model_options or {}), "device": device}
+    task_obj, loaded, model_label, config = _load_setup(task, task_params, model, loaded, model_opts, ev.decode)
     settings = TuneSettings(
         controller=controller, task=task_obj.name, task_params=task_obj.get_params(),
-        model=model if (model and workers > 1) else loaded, device=device, model_options=options, fixed=fixed,
-        decode=config.get_params(), n_val=n_val, prune_fraction=prune_fraction,
-        prune_margin=prune_margin, batch_size=batch_size, data_seed=data_seed, ranges=dict(ranges or {}),
+        model=model if (model and st.workers > 1) else loaded, device=device, model_options=model_opts, fixed=fixed,
+        decode=config.get_params(), n_val=ev.n_val, prune_fraction=search.prune_fraction,
+        prune_margin=search.prune_margin, batch_size=ev.batch_size, data_seed=ev.data_seed,
+        ranges=dict(search.ranges),
     )
-    study_name = safe_study_name(study_name or f"{controller}-{task_obj.name}-{Path(str(model_label)).name}")
-    out = Path(out_dir)
-    storage_spec, store, study = _open_study(settings, storage, study_name, out, workers)
+    study_name = safe_study_name(st.study_name or f"{controller}-{task_obj.name}-{Path(str(model_label)).name}")
+    out = Path(opts.output.out_dir)
+    storage_spec, store, study = _open_study(settings, st.storage, study_name, out, st.workers)
     reference = _ensure_reference(study, settings, cls, loaded, task_obj, config)
-    if verbose:
+    if opts.output.verbose:
         print(f"study {study_name} in {_storage_label(storage_spec)}: {count_done(study)} finished trials, "
-              f"target {n_trials}; reference {REFERENCE} on {n_val} validation examples: accuracy "
+              f"target {search.n_trials}; reference {REFERENCE} on {ev.n_val} validation examples: accuracy "
               f"{reference['accuracy']:.3f}, NFE {reference['nfe']:.2f}", file=sys.stderr)
-    ran = _run_workers(settings, storage_spec, store, study_name, n_trials, seed, workers, verbose, loaded,
-                       mp_context)
-    return _choose_and_export(cls, settings, store, study_name, storage_spec, reference, loaded, task_obj,
-                              config, model_label, out, n_test, max_drop, plot, verbose, ran)
+    run = _Study(cls, settings, opts, study_name, storage_spec, store, loaded, task_obj, config, str(model_label),
+                 out, reference)
+    return _choose_and_export(run, _run_workers(run))
 
 
-def _check_arguments(n_trials: int, workers: int, n_val: int, n_test: int, max_drop: float,
-                     prune_fraction: float) -> None:
-    """Fail before any work on a count or fraction out of range."""
-    if n_trials < 1 or workers < 1 or n_val < 1 or n_test < 0:
-        raise ParameterError(f"need n_trials ≥ 1, workers ≥ 1, n_val ≥ 1, n_test ≥ 0; got "
-                             f"{n_trials}, {workers}, {n_val}, {n_test}")
-    if not 0.0 <= max_drop <= 1.0:
-        raise ParameterError(f"--max-drop={max_drop} is out of range; allowed: number in [0, 1]")
-    if not 0.0 < prune_fraction <= 1.0:
-        raise ParameterError(f"--prune-fraction={prune_fraction} is out of range; allowed: (0, 1]")
+@dataclass
+class _Study:
+    """One tuning run, shared by its stages: the controller class, the workers' settings, the options,
+    the study (name, storage spec and storage), the model, task and loop options, the model's label,
+    the output folder and the reference's validation figures."""
+
+    cls: type
+    settings: TuneSettings
+    opts: TuneOptions
+    name: str
+    storage_spec: Any
+    store: Any
+    loaded: LoadedModel
+    task: Any
+    config: DecodeConfig
+    model_label: str
+    out: Path
+    reference: dict
 
 
 def _load_setup(task: str, task_params: Optional[dict], model: Optional[str], loaded: Optional[LoadedModel],
@@ -257,41 +232,41 @@ def _ensure_reference(study: Any, settings: TuneSettings, cls: type, loaded: Loa
     return reference
 
 
-def _choose_and_export(cls: type, settings: TuneSettings, store: Any, study_name: str, storage_spec: Any,
-                       reference: dict, loaded: LoadedModel, task_obj: Any, config: DecodeConfig,
-                       model_label: str, out: Path, n_test: int, max_drop: float, plot: bool, verbose: bool,
-                       ran: int) -> TuneResult:
+def _choose_and_export(run: _Study, ran: int) -> TuneResult:
     """Choose the trial by the rule, measure it and the reference on the test split, export it."""
     import optuna
 
-    study = optuna.load_study(study_name=study_name, storage=store)
+    max_drop, reference, settings = run.opts.evaluation.max_drop, run.reference, run.settings
+    study = optuna.load_study(study_name=run.name, storage=run.store)
     chosen, met = choose_trial(study.trials, reference["accuracy"], max_drop)
-    ctrl = cls.build(**with_point(cls, dict(settings.fixed), chosen.params))
-    test, ref_test = _test_figures(loaded, task_obj, ctrl, config, n_test, settings)
+    ctrl = run.cls.build(**with_point(run.cls, dict(settings.fixed), chosen.params))
+    test, ref_test = _test_figures(run.loaded, run.task, ctrl, run.config, run.opts.evaluation.n_test, settings)
     validation = {"accuracy": chosen.values[0], "nfe": chosen.values[1],
                   "tpf": chosen.user_attrs.get("tpf"), "n": settings.n_val}
-    plot_path = plot_front(study, chosen, reference, max_drop, out / f"{study_name}_pareto.png",
-                           title=f"{settings.controller} on {task_obj.name} ({model_label})") if plot else None
+    plot_path = plot_front(study, chosen, reference, max_drop, run.out / f"{run.name}_pareto.png",
+                           title=f"{settings.controller} on {run.task.name} ({run.model_label})"
+                           ) if run.opts.output.plot else None
     from framework.engine.controller_io import save_controller
 
-    path = save_controller(ctrl, out / f"{study_name}.yaml", decode_config=config, extra={
-        "study": study_name, "storage": redact_url(storage_spec) if isinstance(storage_spec, str) else "object",
-        "trial": chosen.number, "task": task_obj.name, "model": str(model_label),
+    storage = redact_url(run.storage_spec) if isinstance(run.storage_spec, str) else "object"
+    path = save_controller(ctrl, run.out / f"{run.name}.yaml", decode_config=run.config, extra={
+        "study": run.name, "storage": storage,
+        "trial": chosen.number, "task": run.task.name, "model": run.model_label,
         "rule": f"fewest mean NFE with validation accuracy >= {REFERENCE} - {max_drop:g}",
         "met_target": met, "validation": validation, "reference_validation": _pick(reference),
         "test": _pick(test), "reference_test": _pick(ref_test),
     })
     front = pareto_front(study)
     result = TuneResult(
-        study_name=study_name, storage=redact_url(str(storage_spec)) if isinstance(storage_spec, str) else "object",
+        study_name=run.name, storage=redact_url(str(run.storage_spec)) if isinstance(run.storage_spec, str) else "object",
         path=path, plot=plot_path, trial=chosen.number, params=plain_params(ctrl.get_params()), met_target=met,
         validation=validation, reference_validation=_pick(reference), test=_pick(test),
         reference_test=_pick(ref_test),
         front=[{"trial": t.number, "accuracy": t.values[0], "nfe": t.values[1], "params": t.params} for t in front],
         n_trials=count_done(study), ran=ran,
     )
-    if verbose:
-        print(report(result, front, chosen, config.gen_length))
+    if run.opts.output.verbose:
+        print(report(result, front, chosen, run.config.gen_length))
     return result
 
 
@@ -325,14 +300,16 @@ def _check_setup(study: Any, settings: TuneSettings, storage_spec: Any) -> None:
                 f"use another --study-name (or the original settings) to continue it")
 
 
-def _run_workers(settings: TuneSettings, storage_spec: Any, store: Any, study_name: str, n_trials: int,
-                 seed: int, workers: int, verbose: bool, loaded: LoadedModel, mp_context: str) -> int:
+def _run_workers(run: _Study) -> int:
     """One worker runs in this process; ``workers > 1`` spawns that many, each opening the storage."""
+    settings, store, study_name, loaded = run.settings, run.store, run.name, run.loaded
+    n_trials, seed, verbose = run.opts.search.n_trials, run.opts.search.seed, run.opts.output.verbose
+    workers = run.opts.study.workers
     if workers == 1:
         return run_worker(settings, store, study_name, n_trials, seed, 0, None, verbose, loaded)
     import multiprocessing as mp
 
-    ctx = mp.get_context(mp_context)
+    ctx = mp.get_context(run.opts.study.mp_context)
     threads = max(1, (os.cpu_count() or 1) // workers)
     before = count_done(store, study_name)
     # enqueued trials (the default point) run here first: two processes can pop the same waiting
@@ -345,7 +322,7 @@ def _run_workers(settings: TuneSettings, storage_spec: Any, store: Any, study_na
         run_worker(settings, store, study_name, min(n_trials, before + waiting), seed, 0, None, verbose, loaded)
     failures = ctx.SimpleQueue()  # a failing worker's traceback, so that the error says why
     procs = [ctx.Process(target=_worker_process, name=f"adec-tune-{i}",
-                         args=(failures, settings, storage_spec, study_name, n_trials, seed, i, threads, verbose))
+                         args=(failures, settings, run.storage_spec, study_name, n_trials, seed, i, threads, verbose))
              for i in range(workers)]
     for p in procs:
         p.start()

@@ -123,13 +123,14 @@ def test_tune_objective_scores_as_decode_with_the_full_context(case: tuple, expe
 
 def test_generate_job_decides_as_decode_with_the_full_context(case: tuple, expected: dict, tmp_path: Any) -> None:
     from framework.cli.generate import example_items
+    from framework.jobs.options import JobOptions
     from framework.jobs.output import read_results
     from framework.jobs.runner import run_generation_job
 
     loaded, task, examples, ctrl, cfg = setup(case)
     out = tmp_path / "rows.jsonl"
-    summary = run_generation_job(loaded, example_items(examples), ctrl, cfg, out, batch_size=5, progress=False,
-                                 fallback_controller=None, task=task, fsync=False)
+    options = JobOptions.from_flat({"batch_size": 5, "progress": False, "fallback_controller": None, "fsync": False})
+    summary = run_generation_job(loaded, example_items(examples), ctrl, cfg, out, options, task=task)
     assert summary.status == "completed" and summary.fallbacks == 0, summary.format()
     assert {r["id"]: (r["text"], r["nfe"]) for r in read_results(out)} == expected
 
@@ -167,6 +168,7 @@ def test_for_batch_reads_prompts_metas_and_the_task_spans() -> None:
 
 def test_a_generate_job_whose_controller_needs_spans_the_task_lacks_fails_before_any_work(tmp_path: Any) -> None:
     from framework.cli.generate import example_items
+    from framework.jobs.options import JobOptions
     from framework.jobs.runner import run_generation_job
     from framework.testing.carry import carry_model
 
@@ -175,5 +177,6 @@ def test_a_generate_job_whose_controller_needs_spans_the_task_lacks_fails_before
     out = tmp_path / "rows.jsonl"
     with pytest.raises(MissingContextError, match="number_guard needs the span_mask"):
         run_generation_job(carry_model(), example_items(task.examples("test", 2)), ctrl,
-                           DecodeConfig(gen_length=task.gen_length), out, progress=False, task=task)
+                           DecodeConfig(gen_length=task.gen_length), out, JobOptions.from_flat({"progress": False}),
+                           task=task)
     assert not out.exists()

@@ -32,6 +32,7 @@ from framework.engine.lookahead import LookaheadResult
 from framework.engine.selection import select_topk
 from framework.jobs.batcher import BatchSizer
 from framework.jobs.errors import JobInputError, OutputFileError
+from framework.jobs.options import JobOptions
 from framework.jobs.output import (
     RESULT_FIELDS,
     RowSchemaError,
@@ -222,9 +223,11 @@ def job(out, denoiser=None, items=None, controller=None, config=None, **kw):
     kw.setdefault("batch_size", 4)
     kw.setdefault("progress", False)
     kw.setdefault("log", lambda msg: None)
+    lookahead, task = kw.pop("lookahead", None), kw.pop("task", None)  # the rest are JobOptions, given flat
     return run_generation_job(model(denoiser), items if items is not None else items_of(),
                               controller if controller is not None else FastDLLM(threshold=0.5),
-                              config if config is not None else DecodeConfig(gen_length=G), out, **kw)
+                              config if config is not None else DecodeConfig(gen_length=G), out,
+                              JobOptions.from_flat(kw), lookahead=lookahead, task=task)
 
 
 def by_id(path) -> dict:

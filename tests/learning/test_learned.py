@@ -176,6 +176,7 @@ def test_features_name_the_columns_a_policy_reads(tmp_path, monkeypatch):
     from framework.cli import train_controller as cmd
     from framework.cli.errors import CLIError
     from framework.learning.features import SELF_FEATURES
+    from framework.learning.options import PolicyOptions
     from framework.learning.pipeline import train_policy
 
     loads = []
@@ -190,11 +191,13 @@ def test_features_name_the_columns_a_policy_reads(tmp_path, monkeypatch):
                                        "self, dependence, peer"):
         args.func(args)
     with pytest.raises(ValueError, match="task 'addition' declares no structure"):
-        train_policy("addition", out_dir=bad, features="self,peer", policies=("logreg",), verbose=False)
+        train_policy("addition", PolicyOptions.from_flat({"out_dir": str(bad), "features": "self,peer",
+                                                          "policies": ["logreg"], "verbose": False}))
     assert not bad.exists() and not loads  # refused before the model is loaded
     out = tmp_path / "self"
-    res = train_policy("addition", out_dir=out, features="self", policies=("logreg",), n_train=48, n_val=16,
-                       n_test=16, task_params={"digits": 2}, wandb_mode="disabled", verbose=False)
+    options = PolicyOptions.from_flat({"out_dir": str(out), "features": "self", "policies": ["logreg"], "n_train": 48,
+                                       "n_val": 16, "n_test": 16, "wandb_mode": "disabled", "verbose": False})
+    res = train_policy("addition", options, task_params={"digits": 2})
     pol = load_policy(res.paths["logreg"])
     assert pol.feature_names == SELF_FEATURES and pol.columns == tuple(range(13)) and pol.structure is None
     assert res.dataset["features"] == list(SELF_FEATURES) and res.test["logreg"]["accuracy"] == 1.0

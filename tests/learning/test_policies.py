@@ -15,6 +15,7 @@ from framework.engine.loop import decode
 from framework.learning.dagger import collect_on_policy
 from framework.learning.features import FEATURE_NAMES
 from framework.learning.nets import PolicyNet, WindowPolicyNet
+from framework.learning.options import NetTraining, RunLogging
 from framework.learning.policy import load_policy, save_policy
 from framework.learning.rl import bernoulli_log_prob, group_advantages, reinforce_loss, reward
 from framework.learning.rollouts import RolloutDataset, collect_rollouts
@@ -46,7 +47,8 @@ def accuracy(net, data: RolloutDataset, kind: str) -> float:
 
 def test_window_policy_learns_the_coupled_pair_that_no_per_position_policy_can(tmp_path):
     train, val, test = coupled_pairs(1500, 0), coupled_pairs(300, 1), coupled_pairs(400, 2)
-    opts = dict(out_dir=tmp_path, lr=1e-2, max_epochs=40, patience=40, batch_size=128, wandb_mode="disabled")
+    opts = dict(out_dir=tmp_path, training=NetTraining(lr=1e-2, max_epochs=40, patience=40, batch_size=128),
+                logging=RunLogging(wandb_mode="disabled"))
     window, _ = train_net("transformer", train, val, arch={"d_model": 16, "layers": 1, "heads": 2}, **opts)
     mlp, _ = train_net("mlp", train, val, arch={"hidden": [16]}, **opts)
     assert accuracy(window, test, "transformer") > 0.9
@@ -315,17 +317,18 @@ def test_sampled_commits_centre_on_the_threshold_rule():
 def test_the_window_policy_is_tuned_by_name(tmp_path, monkeypatch):
     """``adec tune`` tunes a learned controller's threshold like any other controller's."""
     from framework.testing.carry import carry_model
+    from framework.tuning.options import TuneOptions
     from framework.tuning.study import tune_controller
 
     out = tmp_path / "p"
     _cli(["--out", str(out), "--policy", "transformer", "--window-arch", "8,1,2", "--no-calibrate",
           "--n-test", "0"],
          monkeypatch)
-    res = tune_controller("learned_window", "addition", loaded=carry_model(), task_params={"digits": 2},
-                          n_trials=3,
-                          n_val=16, n_test=16, batch_size=16, out_dir=tmp_path / "tune", study_name="w",
-                          plot=False,
-                          verbose=False, fixed={"policy": str(out / "transformer.pt")}, storage="memory")
+    options = TuneOptions.from_flat({"n_trials": 3, "n_val": 16, "n_test": 16, "batch_size": 16,
+                                     "out_dir": str(tmp_path / "tune"), "study_name": "w", "plot": False,
+                                     "verbose": False, "fixed": {"policy": str(out / "transformer.pt")},
+                                     "storage": "memory"})
+    res = tune_controller("learned_window", "addition", options, loaded=carry_model(), task_params={"digits": 2})
     assert res.ran == 3 and 0.5 <= res.params["threshold"] <= 0.999
     assert res.test["accuracy"] >= res.reference_test["accuracy"] - 0.01
 
@@ -362,14 +365,12 @@ def test_negative_weight_scales_the_unsafe_rows():
 
 
 def test_bad_rl_settings_fail_before_the_imitation_rollouts():
-    from framework.learning.pipeline import train_policy
+    from framework.core.params import ParameterError
+    from framework.learning.options import PolicyOptions
 
-    class NoModel:  # any use of the model would fail differently
-        pass
-
-    with pytest.raises(ValueError, match="rl group=1; allowed: an integer ≥ 2"):
-        train_policy("addition", loaded=NoModel(), method="rl", rl={"group": 1})
-    with pytest.raises(ValueError, match="rl threshold=1.0"):
-        train_policy("addition", loaded=NoModel(), method="rl", rl={"threshold": 1.0})
-    with pytest.raises(ValueError, match="rl verify_threshold=2; allowed: 0 to 1"):
-        train_policy("addition", loaded=NoModel(), method="rl", rl={"verify_threshold": 2})
+    for rl, message in (({"group": 1}, r"rl.group=1 is out of range; allowed: integer in \[2, inf\)"),
+                        ({"threshold": 1.0}, r"rl.threshold=1.0 is out of range; allowed: strictly between 0"),
+                        ({"verify_threshold": 2}, r"rl.verify_threshold=2 is out of range; allowed: number in "
+                                                  r"\[0, 1\] or null")):
+        with pytest.raises(ParameterError, match=message):  # when the options are built: before any work
+            PolicyOptions.from_dict({"rounds": {"method": "rl"}, "rl": rl})

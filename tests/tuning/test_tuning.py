@@ -25,17 +25,24 @@ from framework.engine.loop import decode
 from framework.tasks.base import get_task
 from framework.testing.carry import carry_model
 from framework.tuning.front import choose_trial
+from framework.tuning.options import TuneOptions
 from framework.tuning.storage import open_storage
 from framework.tuning.study import tune_controller
 
 TASK = dict(task="addition", task_params={"digits": 2})
 
 
+def run_tune(controller, tmp_path=None, *, task="addition", task_params=None, loaded=None, **flat):
+    """``tune_controller`` with its options given flat (each name goes to its group), on the carry toy."""
+    flat = {"plot": False, "verbose": False, **({} if tmp_path is None else {"out_dir": str(tmp_path)}), **flat}
+    return tune_controller(controller, task, TuneOptions.from_flat(flat), task_params=task_params,
+                           loaded=loaded if loaded is not None else carry_model())
+
+
 def tune(tmp_path, storage, **kw):
-    args = dict(loaded=carry_model(), n_trials=4, n_val=16, n_test=16, batch_size=16, out_dir=tmp_path,
-                storage=storage, study_name="s", seed=1, plot=False, verbose=False, **TASK)
+    args = dict(n_trials=4, n_val=16, n_test=16, batch_size=16, storage=storage, study_name="s", seed=1, **TASK)
     args.update(kw)
-    return tune_controller("fast_dllm", **args)
+    return run_tune("fast_dllm", tmp_path, **args)
 
 
 # ----------------------------------------------------------------------------- the toy itself
@@ -112,9 +119,8 @@ def test_a_wrapper_is_tuned_together_with_its_inner_controller(tmp_path):
     assert "inner.eta" in held and "inner.k" not in held  # a held inner parameter leaves the space
     spec = tuned_space(cls, {"inner": {"name": "margin_topk", "params": {"adapt": True}}})
     assert "inner.eta" in spec and "inner.adapt" not in spec  # the spec's own params are held too
-    res = tune_controller("verified", loaded=carry_model(), n_trials=4, n_val=16, n_test=16, batch_size=16,
-                          out_dir=tmp_path, storage="memory", study_name="w", seed=1, plot=False, verbose=False,
-                          fixed={"inner": "fast_dllm", "progress_guard": True}, **TASK)
+    res = run_tune("verified", tmp_path, n_trials=4, n_val=16, n_test=16, batch_size=16, storage="memory",
+                   study_name="w", seed=1, fixed={"inner": "fast_dllm", "progress_guard": True}, **TASK)
     ctrl = load_controller(res.path)
     assert ctrl.display_name() == "verified" and ctrl.inner == "fast_dllm" and ctrl.progress_guard
     tau1 = ctrl.inner_params["threshold"]
@@ -158,7 +164,7 @@ def test_bad_storage_and_empty_space_fail_clearly(tmp_path):
     with pytest.raises(ParameterError, match="ftp://x.*allowed: memory, journal:PATH"):
         open_storage("ftp://x")
     with pytest.raises(ParameterError, match="'sequential' has nothing to tune"):
-        tune_controller("sequential", loaded=carry_model(), out_dir=tmp_path, verbose=False, **TASK)
+        run_tune("sequential", tmp_path, **TASK)
     with pytest.raises(ParameterError, match="cannot be shared by --workers 2"):
         tune(tmp_path, "memory", workers=2)
 
@@ -178,12 +184,12 @@ def test_pruning_and_choice_rules(tmp_path):
     assert t.user_attrs["chunk_accuracy"] < 0.95 and not t.values
     # a point that fails to decode with a ParameterError is pruned as invalid, not a crash
     storage = open_storage("memory")
-    tune_controller("llada", loaded=carry_model(), **TASK, decode={"block_length": 2}, storage=storage,
-                    study_name="bad", n_trials=1, n_test=0, n_val=8, out_dir=tmp_path, plot=False, verbose=False)
+    run_tune("llada", tmp_path, **TASK, decode={"block_length": 2}, storage=storage, study_name="bad", n_trials=1,
+             n_test=0, n_val=8)
     study = optuna.load_study(study_name="bad", storage=storage)
     study.enqueue_trial({"steps": 9})
-    tune_controller("llada", loaded=carry_model(), **TASK, decode={"block_length": 2}, storage=storage,
-                    study_name="bad", n_trials=2, n_test=0, n_val=8, out_dir=tmp_path, plot=False, verbose=False)
+    run_tune("llada", tmp_path, **TASK, decode={"block_length": 2}, storage=storage, study_name="bad", n_trials=2,
+             n_test=0, n_val=8)
     bad = study.trials[1]
     assert bad.state == optuna.trial.TrialState.PRUNED and "steps=9 must be a multiple" in bad.user_attrs["invalid"]
     # choice: fewest NFE within max_drop of the reference, else the most accurate
