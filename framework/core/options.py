@@ -35,10 +35,20 @@ class Options(Configurable):
     ``section`` names the group in error messages (``rl.group=1 is out of range ...``)."""
 
     section: ClassVar[str] = ""
+    #: whether a bad value's message names the group (``rl.group=1 ...``) or the field alone, where the
+    #: field's name is already the entry point's own (``batch_size=0 ...``, run_generation_job's wording)
+    qualified: ClassVar[bool] = True
 
     @classmethod
     def display_name(cls) -> str:
         return cls.__dict__.get("section") or cls.__name__
+
+    def validate(self) -> None:
+        """Check and coerce every field by its :class:`Param`, then the combination."""
+        owner = self.display_name() if self.qualified else ""
+        for name, spec in self.params.items():
+            setattr(self, name, spec.check(owner, name, getattr(self, name)))
+        self.check_combination()
 
     @classmethod
     def build(cls: type[OptionsT], **values: Any) -> OptionsT:  # type: ignore[override]

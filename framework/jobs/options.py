@@ -22,6 +22,7 @@ class JobBatching(Options):
     batches before it grows again."""
 
     section = "batching"
+    qualified = False
     params = {
         "batch_size": Param(int, low=1, doc="the largest batch"),
         "grow_after": Param(int, low=1, doc="clean batches before the size grows again after an OOM"),
@@ -38,6 +39,7 @@ class JobFaults(Options):
     params do (``refuse``: stop before any work; ``skip``: report them, run the rest)."""
 
     section = "faults"
+    qualified = False
     params = {
         "item_timeout_s": Param(float, low=0.0, low_exclusive=True, nullable=True, doc="per-item limit (s)"),
         "job_timeout_s": Param(float, low=0.0, low_exclusive=True, nullable=True, doc="whole-job limit (s)"),
@@ -61,6 +63,7 @@ class JobOutput(Options):
     in the summary)."""
 
     section = "output"
+    qualified = False
     params = {
         "overwrite": Param(bool, doc="start the output from scratch"),
         "retry_errors": Param(bool, doc="drop the error rows already in the output and decode them again"),
@@ -85,6 +88,7 @@ class JobSettings(Options):
     configured (e.g. the ``--scorer`` spec), for the settings hash."""
 
     section = "settings"
+    qualified = False
     params = {
         "seed": Param(int, low=0, nullable=True, doc="overrides the config's seed; null = the config's"),
         "lookahead_spec": Param(str, nullable=True, doc="how the lookahead was configured (settings hash)"),
