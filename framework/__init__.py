@@ -86,6 +86,10 @@ _EXPORTS = {
     "controller_checks": "framework.testing.conformance",
     "check_scorer": "framework.testing.scorer_conformance",
     "check_task": "framework.testing.task_conformance",
+    # diffusers' LLaDA2Pipeline with any controller (the `diffusers` extra)
+    "FrameworkScheduler": "framework.integrations.diffusers_scheduler",
+    "PipelineDenoiser": "framework.integrations.diffusers_scheduler",
+    "block_profile_model": "framework.profiling.shapes",
 }
 
 __all__ = sorted(_EXPORTS)
