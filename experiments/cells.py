@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from experiments.options import ShardedEvaluation
 from experiments.spec import Cell, Experiment, ensure_text_task
 
 # ====================================================================== models
@@ -157,9 +158,15 @@ def evaluate_cell(cell: Cell, loaded: Any, task: Any, exp: Experiment, dist: Any
     from experiments.distributed import evaluate_sharded
 
     controller, config, lookahead = build_cell(cell, task)
-    return evaluate_sharded(loaded, task, controller, config, dist=dist, strategy=cell.strategy.label,
-                            split=exp.split, n=cell.n, batch_size=exp.batch_size, lookahead=lookahead,
-                            repeats=exp.repeats, data_seed=exp.data_seed)
+    return evaluate_sharded(loaded, task, controller, config, cell_evaluation(cell, exp), dist=dist,
+                            lookahead=lookahead)
+
+
+def cell_evaluation(cell: Cell, exp: Experiment) -> ShardedEvaluation:
+    """The cell's :class:`~experiments.options.ShardedEvaluation`: the experiment file's ``split``,
+    ``batch_size``, ``repeats`` and ``data_seed``, the cell's ``n`` and its strategy's label."""
+    return ShardedEvaluation.build(split=exp.split, n=cell.n, batch_size=exp.batch_size, data_seed=exp.data_seed,
+                                   repeats=exp.repeats, strategy=cell.strategy.label)
 
 
 def compute_cell_metrics(cell: Cell, task: Any, samples: list[dict], device: str = "cpu",

@@ -31,6 +31,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from experiments.options import ShardedEvaluation
+
 
 @dataclass
 class DistContext:
@@ -111,18 +113,23 @@ class _ShardTask:
         return getattr(self._task, name)
 
 
-def evaluate_sharded(loaded: Any, task: Any, controller: Any, config: Any, *,
-                     dist: Optional[DistContext] = None,
-                     strategy: Optional[str] = None, split: str = "test", n: int = 200, batch_size: int = 64,
-                     lookahead: Any = None, repeats: int = 1, data_seed: int = 0) -> Any:
-    """:func:`framework.engine.evaluate.evaluate` over the ranks of ``dist`` (see the module docstring).
+def evaluate_sharded(loaded: Any, task: Any, controller: Any, config: Any,
+                     options: Optional[ShardedEvaluation] = None, *, dist: Optional[DistContext] = None,
+                     lookahead: Any = None) -> Any:
+    """:func:`framework.engine.evaluate.evaluate` over the ranks of ``dist`` (see the module docstring)
+    by ``options`` (:class:`~experiments.options.ShardedEvaluation`, default every default: ``n``
+    examples of ``split`` drawn with ``data_seed``, ``batch_size`` at a time, ``repeats`` timed runs,
+    the ``strategy`` label).
 
     With one rank it is exactly ``evaluate(...)``.
     """
     from framework.engine.evaluate import evaluate
 
-    kw = dict(strategy=strategy, split=split, batch_size=batch_size, lookahead=lookahead, repeats=repeats,
-              data_seed=data_seed)
+    opts = options if options is not None else ShardedEvaluation()
+    opts.validate()
+    split, n, data_seed = opts.split, opts.n, opts.data_seed
+    kw = dict(strategy=opts.strategy, split=split, batch_size=opts.batch_size, lookahead=lookahead,
+              repeats=opts.repeats, data_seed=data_seed)
     dist = dist or DistContext()
     if not dist.active:
         return evaluate(loaded, task, controller, config, n=n, **kw)

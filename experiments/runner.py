@@ -25,9 +25,11 @@ from experiments.cells import (
     load_any_model,
     resolve_device,
 )
+from experiments.options import ExperimentOptions
 from experiments.parse import load_experiment
 from experiments.spec import Cell, Experiment, TaskSpec, model_label
 from experiments.tables import figure, markdown_table
+from framework.core.options import RunLogging
 
 
 # ====================================================================== the run folder
@@ -116,62 +118,57 @@ class RunResult:
     interrupted: bool = False
 
 
-def _init_wandb(mode: str, exp: Experiment, run_dir: Path, n_cells: int) -> Any:
-    if mode == "disabled":
+def _init_wandb(log: RunLogging, exp: Experiment, run_dir: Path, n_cells: int) -> Any:
+    """The experiment's W&B run in ``log.wandb_mode`` (``None`` when disabled or when W&B fails), its
+    config the experiment, its source, the cell count and ``log.run_config``."""
+    if log.wandb_mode == "disabled":
         return None
     try:
         import wandb
 
         os.environ.setdefault("WANDB_SILENT", "true")
         run_id = "exp-" + hashlib.sha256(str(run_dir.resolve()).encode()).hexdigest()[:12]
-        return wandb.init(project="adaptive-decoding", name=exp.name, id=run_id, resume="allow", mode=mode,
-                          dir=str(run_dir), job_type="experiment",
-                          config={"experiment": exp.raw, "source": exp.source, "cells": n_cells})
+        return wandb.init(project="adaptive-decoding", name=exp.name, id=run_id, resume="allow",
+                          mode=log.wandb_mode, dir=str(run_dir), job_type="experiment",
+                          config={"experiment": exp.raw, "source": exp.source, "cells": n_cells,
+                                  **(log.run_config or {})})
     except Exception as exc:  # noqa: BLE001 - tracking must never lose results
         print(f"adec run: W&B logging disabled ({type(exc).__name__}: {exc})", file=sys.stderr)
         return None
 
 
-def run_experiment(
-    exp: "Experiment | str | os.PathLike",
-    out_dir: "str | os.PathLike" = "runs",
-    *,
-    wandb_mode: str = "offline",
-    resume: bool = False,
-    overwrite: bool = False,
-    progress: bool = True,
-    max_cells: Optional[int] = None,
-    dist: Any = None,
-    command: Optional[str] = None,
-) -> RunResult:
+def run_experiment(exp: "Experiment | str | os.PathLike", out_dir: "str | os.PathLike" = "runs",
+                   options: Optional[ExperimentOptions] = None, *, dist: Any = None) -> RunResult:
     """Run every unfinished cell of ``exp`` into ``<out_dir>/<name>/`` (see the module docstring).
 
     Args:
-        resume: require an existing run folder (fail if there is none).
-        overwrite: recompute every cell (finished cells are moved to ``cells.old-<time>/``).
-        max_cells: stop after evaluating this many cells (a deliberate partial run).
+        options: :class:`~experiments.options.ExperimentOptions` (default every default): ``cells``
+            (``resume``: require an existing run folder, fail if there is none; ``overwrite``:
+            recompute every cell, finished cells are moved to ``cells.old-<time>/``; ``max_cells``:
+            stop after evaluating this many cells, a deliberate partial run; ``command``: the
+            command line, recorded for the report) and ``logging`` (``wandb_mode``, ``progress``,
+            ``run_config`` merged into the W&B run's config).
         dist: a :class:`experiments.distributed.DistContext`; rank 0 writes, every rank decodes its shard.
-        command: the command line, recorded for the report.
     """
     from experiments.distributed import DistContext
 
+    opts = (options if options is not None else ExperimentOptions()).validate()
+    run, log = opts.cells, opts.logging
     if not isinstance(exp, Experiment):
         exp = load_experiment(exp)
-    if wandb_mode not in ("offline", "online", "disabled"):
-        raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
     dist = dist or DistContext()
     run_dir = Path(out_dir) / exp.name
     cells_dir = run_dir / "cells"
-    if resume and not run_dir.is_dir():
+    if run.resume and not run_dir.is_dir():
         raise FileNotFoundError(f"--resume: no run folder {str(run_dir)!r} to resume")
     if dist.is_main:
-        _prepare_run_dir(exp, run_dir, overwrite, dist.world_size, command)
+        _prepare_run_dir(exp, run_dir, run.overwrite, dist.world_size, run.command)
     dist.barrier()
 
     cells = exp.cells()
     done, todo = _finished_cells(cells, cells_dir, run_dir, dist)
-    wb = _init_wandb(wandb_mode, exp, run_dir, len(cells)) if dist.is_main else None
-    bar = _progress_bar(exp.name, len(cells), len(done)) if dist.is_main and progress else None
+    wb = _init_wandb(log, exp, run_dir, len(cells)) if dist.is_main else None
+    bar = _progress_bar(exp.name, len(cells), len(done)) if dist.is_main and log.progress else None
     evaluated: list[str] = []
     interrupted = False
     device = resolve_device(exp.device, dist.local_rank)
@@ -182,7 +179,7 @@ def run_experiment(
             for cell in cells:
                 if cell.id in done:
                     _refresh_finished(cell, cells_dir / cell.id, tasks, device)
-        interrupted = _run_cells(todo, exp, dist, cells_dir, device, tasks, max_cells, evaluated, bar, wb)
+        interrupted = _run_cells(todo, exp, dist, cells_dir, device, tasks, run.max_cells, evaluated, bar, wb)
     finally:
         if bar is not None:
             bar.close()

@@ -13,21 +13,20 @@ from typing import Any, Optional, Sequence
 import torch
 
 from experiments.distributed import DistContext, evaluate_sharded, lightning_ddp_smoke
+from experiments.options import ExperimentOptions, ShardedEvaluation
 
 
-def run_experiment_worker(ctx: DistContext, path: str, out_dir: str, wandb_mode: str, resume: bool,
-                          overwrite: bool, progress: bool, max_cells: Optional[int], command: str,
+def run_experiment_worker(ctx: DistContext, path: str, out_dir: str, options: ExperimentOptions,
                           overrides: Optional[dict] = None) -> Any:
-    """One rank of ``adec run --procs N`` (module level, so :func:`spawn` can start it)."""
+    """One rank of ``adec run --procs N`` (module level, so :func:`spawn` can start it): the experiment
+    file ``path`` (with ``overrides``) run by ``options``; only rank 0 logs to W&B and shows progress."""
     from experiments.parse import load_experiment
     from experiments.runner import run_experiment
 
     exp = load_experiment(path, overrides=overrides)
-    res = run_experiment(exp, out_dir, wandb_mode=wandb_mode if ctx.is_main else "disabled", resume=resume,
-                         overwrite=overwrite, progress=progress and ctx.is_main, max_cells=max_cells,
-                         dist=ctx,
-                         command=command)
-    return res
+    if not ctx.is_main:
+        options = options.replace(logging=options.logging.replace(wandb_mode="disabled", progress=False))
+    return run_experiment(exp, out_dir, options, dist=ctx)
 
 
 def evaluate_jobs(ctx: Optional[DistContext], jobs: Sequence[dict]) -> list:
@@ -55,8 +54,8 @@ def evaluate_jobs(ctx: Optional[DistContext], jobs: Sequence[dict]) -> list:
 
             lookahead = Lookahead.build(**job["lookahead"])
         controller = build_controller(job["controller"], **job.get("params", {}))
-        out.append(evaluate_sharded(loaded, task, controller, config, dist=ctx, n=job["n"],
-                                    batch_size=job.get("batch_size", 64), lookahead=lookahead))
+        evaluation = ShardedEvaluation.build(n=job["n"], batch_size=job.get("batch_size", 64))
+        out.append(evaluate_sharded(loaded, task, controller, config, evaluation, dist=ctx, lookahead=lookahead))
     return out
 
 

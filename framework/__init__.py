@@ -75,6 +75,7 @@ _EXPORTS = {
     "MODELS": "framework.training.zoo",
     "load_model": "framework.training.zoo",
     "train_denoiser": "framework.training.masked_diffusion",
+    "DenoiserOptions": "framework.training.options",
     # adec generate's jobs
     "run_generation_job": "framework.jobs",
     "JobOptions": "framework.jobs",

@@ -103,8 +103,8 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device) or torch.float32
+    options = profile_options(args)
     model, described = _build_model(args, device, dtype, overrides)
-    steps = args.gen_length // args.tokens_per_step
     n = len(args.batch) * len(args.cache) * len(args.temperature) * len(args.loops)
     t0 = time.perf_counter()
     with tqdm(total=n, desc="profile", file=sys.stderr, disable=not sys.stderr.isatty()) as bar:
@@ -112,10 +112,7 @@ def run(args: argparse.Namespace) -> int:
             bar.set_postfix_str(text)
             bar.update(1) if bar.n < n else None
 
-        rows = run_profile(model, batches=args.batch, caches=args.cache, temperatures=args.temperature,
-                           prompt_length=args.prompt_length, gen_length=args.gen_length,
-                           block_length=args.block_length, steps=steps, repeats=args.repeats, progress=progress,
-                           loops=args.loops)
+        rows = run_profile(model, options, progress=progress)
     head = (f"machine: {platform.machine()}, {torch.get_num_threads()} torch threads, device {device}"
             f"{f' ({torch.cuda.get_device_name(device)}, torch {torch.__version__})' if device.startswith('cuda') else ''}, "
             f"{dtype}; "
@@ -130,6 +127,18 @@ def run(args: argparse.Namespace) -> int:
         with open(args.json, "w") as f:
             json.dump({"setup": head, "rows": as_dicts(rows), "ratios": ratios(rows)}, f, indent=2)
     return 0
+
+
+def profile_options(args: argparse.Namespace) -> Any:
+    """The :class:`~framework.profiling.options.ProfileOptions` of the (checked) flags: the shapes and
+    the sweep, LLaDA's steps = ``--gen-length / --tokens-per-step``."""
+    from framework.profiling.options import ProfileOptions
+
+    return ProfileOptions.from_flat({
+        "batches": args.batch, "prompt_length": args.prompt_length, "gen_length": args.gen_length,
+        "block_length": args.block_length, "steps": args.gen_length // args.tokens_per_step,
+        "caches": args.cache, "temperatures": args.temperature, "loops": args.loops, "repeats": args.repeats,
+    })
 
 
 def _check_args(args: argparse.Namespace) -> dict[str, Any]:
@@ -219,11 +228,12 @@ def _parse_shape(items: list[str]) -> dict[str, Any]:
 def _build_model(args: argparse.Namespace, device: str, dtype: Any, overrides: dict[str, Any]) -> tuple[Any, str]:
     """The profiled model and the header's description of it."""
     from framework.cli.errors import CLIError
-    from framework.profiling import profile_model
+    from framework.profiling import ProfileArch, profile_model
 
     if args.arch == "llada":
-        model = profile_model(args.vocab_size, args.d_model, args.layers, args.heads, args.mlp_hidden, device, dtype,
-                              query_chunk=args.query_chunk)
+        arch = ProfileArch.build(vocab_size=args.vocab_size, d_model=args.d_model, n_layers=args.layers,
+                                 n_heads=args.heads, mlp_hidden=args.mlp_hidden, query_chunk=args.query_chunk)
+        model = profile_model(arch, device=device, dtype=dtype)
         params = sum(p.numel() for p in model.parameters())
         return model, (f"LLaDA architecture, vocab {args.vocab_size}, d_model {args.d_model}, {args.layers} layers, "
                        f"{args.heads} heads, MLP {args.mlp_hidden}"

@@ -48,6 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from experiments.distributed import init_from_env, spawn
+    from experiments.options import ExperimentOptions
     from experiments.parse import load_experiment
     from experiments.runner import run_experiment
     from experiments.spec import ExperimentError
@@ -79,13 +80,13 @@ def run(args: argparse.Namespace) -> int:
     dist = init_from_env()
     if dist.world_size > 1 and args.procs > 1:
         raise CLIError("--procs is for local runs; under torchrun the number of processes is --nproc_per_node")
+    options = ExperimentOptions.from_flat({
+        "resume": args.resume, "overwrite": args.overwrite, "max_cells": args.max_cells, "command": command,
+        "wandb_mode": args.wandb if dist.is_main else "disabled", "progress": not args.no_progress})
     if args.procs > 1:
-        res = spawn(run_experiment_worker, args.procs, args.experiment, args.out, args.wandb, args.resume,
-                    args.overwrite, not args.no_progress, args.max_cells, command, overrides)
+        res = spawn(run_experiment_worker, args.procs, args.experiment, args.out, options, overrides)
     else:
-        res = run_experiment(exp, args.out, wandb_mode=args.wandb if dist.is_main else "disabled",
-                             resume=args.resume, overwrite=args.overwrite, progress=not args.no_progress,
-                             max_cells=args.max_cells, dist=dist, command=command)
+        res = run_experiment(exp, args.out, options, dist=dist)
     if not dist.is_main:
         return 0
     print(f"adec run: {res.run_dir}: {len(res.evaluated)} cells evaluated, {len(res.reused)} reused, "

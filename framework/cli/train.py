@@ -80,6 +80,19 @@ def _runs_dir(task: str) -> Path:
     return default_cache_dir() / "runs" / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
+def denoiser_options(args: argparse.Namespace, out: Path) -> Any:
+    """The :class:`~framework.training.options.DenoiserOptions` of the flags (unset recipe flags keep
+    the task's recipe), writing into ``out``."""
+    from framework.training.options import DenoiserOptions
+
+    return DenoiserOptions.from_flat({
+        "max_minutes": args.minutes, "max_steps": args.max_steps, "model_size": args.size, "lr": args.lr,
+        "batch_size": args.batch_size, "n_test": args.n_test, "out_dir": str(out), "seed": args.seed,
+        "init_from": args.init_from, "num_threads": args.threads, "wandb_mode": args.wandb,
+        "progress": not args.no_progress,
+    })
+
+
 def run(args: argparse.Namespace) -> int:
     from framework.cli.errors import CLIError
     from framework.cli.options import parse_task_params
@@ -102,12 +115,7 @@ def run(args: argparse.Namespace) -> int:
         builtin = not args.task_params and args.init_from is None
         if builtin and name in MODELS and not model_dir(name).exists():
             cache_entry = model_dir(name)
-    result = train_denoiser(
-        task, max_minutes=args.minutes, max_steps=args.max_steps, model_size=args.size, out_dir=out,
-        seed=args.seed, wandb_mode=args.wandb, progress=not args.no_progress, lr=args.lr,
-        batch_size=args.batch_size, n_test=args.n_test, init_from=args.init_from,
-        num_threads=args.threads,
-    )
+    result = train_denoiser(task, denoiser_options(args, out))
     path = result.path
     if cache_entry is not None:
         if not cache_entry.exists():

@@ -13,16 +13,23 @@ declared by a :class:`~framework.core.params.Param` in ``params``, so it has wha
 :class:`OptionGroups` bundles the groups of one entry point (``data``, ``network``, ``training`` ...);
 its YAML form is a mapping of group name to the group's mapping, and :meth:`OptionGroups.from_flat`
 builds it from one flat mapping whose every key belongs to exactly one group (a command line's flags).
+
+Two groups many entry points share live here: :class:`RunLogging` (where a run logs: the W&B mode,
+progress, the W&B run's config) and :class:`ProgressLogging` (the same, progress shown by default).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Optional, TypeVar
 
-from framework.core.params import Configurable, Param, ParameterError, yaml_form
+from framework.core.params import Configurable, MappingParam, Param, ParameterError, yaml_form
+
+#: Weights & Biases' modes (``disabled``: no W&B logger at all)
+WANDB_MODES = ("offline", "online", "disabled")
 
 OptionsT = TypeVar("OptionsT", bound="Options")
 G = TypeVar("G", bound="OptionGroups")
@@ -104,15 +111,37 @@ class IntListParam(Param):
 
 
 @dataclass(frozen=True)
+class PathParam(Param):
+    """A file-system path: a string or an ``os.PathLike`` (a ``pathlib.Path``), stored as a string so it
+    round-trips through YAML."""
+
+    kind: Any = "path"
+
+    def allowed(self) -> str:
+        return "a path" + (" or null" if self.nullable else "")
+
+    def check(self, owner: str, name: str, value: Any) -> Any:
+        if value is None and self.nullable:
+            return None
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            where = f"{owner}.{name}" if owner else name
+            raise ParameterError(f"{where}={value!r} is not allowed; allowed: {self.allowed()}")
+        return os.fspath(value)
+
+
+@dataclass(frozen=True)
 class ChoiceListParam(Param):
     """A non-empty list of values from ``choices`` (a comma-separated string is split)."""
 
     kind: Any = "choices"
 
     def allowed(self) -> str:
-        return "a non-empty list of " + ", ".join(repr(c) for c in self.choices or ())
+        return "a non-empty list of " + ", ".join(repr(c) for c in self.choices or ()) + (
+            " or null" if self.nullable else "")
 
     def check(self, owner: str, name: str, value: Any) -> Any:
+        if value is None and self.nullable:
+            return None
         if isinstance(value, str):
             value = [v.strip() for v in value.split(",") if v.strip()]
         if not isinstance(value, (list, tuple)) or not value or any(v not in (self.choices or ()) for v in value):
@@ -136,6 +165,32 @@ class ProbabilityListParam(Param):
         if not ok:
             raise ParameterError(f"{owner}.{name}={value!r} is not allowed; allowed: {self.allowed()}")
         return [float(v) for v in value]
+
+
+@dataclass(repr=False, eq=False)
+class RunLogging(Options):
+    """Where a run logs: CSV always, W&B in ``wandb_mode`` with ``run_config`` merged into its config;
+    ``progress``: progress bars and Lightning's INFO lines."""
+
+    section = "logging"
+    params = {
+        "wandb_mode": Param(str, choices=WANDB_MODES, doc="Weights & Biases mode"),
+        "progress": Param(bool, doc="progress bars and Lightning's INFO lines"),
+        "run_config": MappingParam(nullable=True, doc="the W&B run's config"),
+    }
+
+    wandb_mode: str = "offline"
+    progress: bool = False
+    run_config: Optional[dict] = None
+
+
+@dataclass(repr=False, eq=False)
+class ProgressLogging(RunLogging):
+    """:class:`RunLogging` with the progress bar on by default (a command's long run: training a
+    denoiser, an experiment)."""
+
+    section = "logging"
+    progress: bool = True
 
 
 @dataclass(repr=False, eq=False)
@@ -171,12 +226,27 @@ class OptionGroups:
         """From one flat mapping (``{"n_train": 48, "rl.lr": 0.01}``): each key goes to the group that
         declares it (``GROUP.NAME`` for a name several groups declare); a key no group declares, or
         one several do, fails naming the choices."""
+        return cls.from_dict(cls._nest(values or {}))
+
+    @classmethod
+    def with_flat(cls: type[G], options: Optional[G], values: Mapping[str, Any]) -> G:
+        """``options`` (``None`` = every default) with the flat ``values`` (:meth:`from_flat`'s names)
+        replacing their fields, validated: an entry point's keywords over its options object, as
+        transformers' ``generate(generation_config, **kwargs)`` takes them."""
+        merged = options.get_params() if options is not None else {}
+        for group, fields in cls._nest(values).items():
+            merged[group] = {**merged.get(group, {}), **fields}
+        return cls.from_dict(merged)
+
+    @classmethod
+    def _nest(cls, values: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+        """``{group: {name: value}}`` of a flat mapping (:meth:`from_flat`'s routing and errors)."""
         owners: dict[str, list[str]] = {}
         for group, kind in cls.group_classes().items():
             for name in kind._param_names():
                 owners.setdefault(name, []).append(group)
         nested: dict[str, dict[str, Any]] = {}
-        for key, value in (values or {}).items():
+        for key, value in values.items():
             group, _, name = key.rpartition(".")
             if not group:
                 found = owners.get(key, [])
@@ -189,7 +259,7 @@ class OptionGroups:
                 raise ParameterError(f"{cls.__name__} has no option {key!r}; groups: "
                                      f"{', '.join(cls.group_classes())}")
             nested.setdefault(group, {})[name] = value
-        return cls.from_dict(nested)
+        return nested
 
     def validate(self: G) -> G:
         """Validate every group (coercing values to their kinds) and the combination; returns self."""

@@ -26,8 +26,10 @@ from framework.engine.controller import DecodeState
 from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
 from framework.engine.loop import decode, sample_seeds
+from framework.learning.options import DaggerVisit
 from framework.learning.rollouts import RolloutDataset, StepRecorder, over_split
 from framework.models.structure import task_generation_structure
+from framework.tasks.options import ExampleDraw
 
 
 class _StateRecorder(StepRecorder):
@@ -42,15 +44,15 @@ class _StateRecorder(StepRecorder):
 
 @torch.no_grad()
 def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: Any, config: DecodeConfig, *,
-                      seeds: Any = None, states_per_rollout: int = 4, seed: int = 0,
-                      reference: str = "sequential", batch_size: int = 64,
-                      structure: Optional[dict] = None, context: Optional[DecodeContext] = None) -> RolloutDataset:
-    """Decode ``prompts`` with ``controller``; label up to ``states_per_rollout`` visited steps per
-    prompt with the reference decode continued from each (see the module docstring); ``structure``:
-    the generation's declared structure, for the peer features; ``context``: the call's decode context
+                      seeds: Any = None, visit: Optional[DaggerVisit] = None, structure: Optional[dict] = None,
+                      context: Optional[DecodeContext] = None) -> RolloutDataset:
+    """Decode ``prompts`` with ``controller``; label up to ``visit.states_per_rollout`` visited steps per
+    prompt with the ``visit.reference`` decode continued from each (see the module docstring;
+    :class:`~framework.learning.options.DaggerVisit`, default every default); ``structure``: the
+    generation's declared structure, for the peer features; ``context``: the call's decode context
     (:meth:`DecodeContext.for_batch`; each continuation gets its rows)."""
-    if states_per_rollout < 1:
-        raise ValueError(f"states_per_rollout={states_per_rollout}; allowed: an integer ≥ 1")
+    visit = visit if visit is not None else DaggerVisit()
+    visit.validate()
     G = config.gen_length
     rec = _StateRecorder(controller, G, structure)
     context = context or DecodeContext()
@@ -63,15 +65,15 @@ def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: 
         for r, s, g in zip(rows.tolist(), steps.tolist(), gen):
             visited[(r, s)] = g
             steps_of[r].append(s)
-    gen_ = torch.Generator().manual_seed(int(seed))
+    gen_ = torch.Generator().manual_seed(int(visit.seed))
     chosen: list[tuple[int, int]] = []
     for r, mine in enumerate(steps_of):
-        pick = torch.randperm(len(mine), generator=gen_)[:states_per_rollout].tolist()
+        pick = torch.randperm(len(mine), generator=gen_)[:visit.states_per_rollout].tolist()
         chosen += [(r, mine[j]) for j in sorted(pick)]
     finals: dict[tuple[int, int], torch.Tensor] = {}
-    ref = build_controller(reference)
-    for start in range(0, len(chosen), batch_size):
-        part = chosen[start:start + batch_size]
+    ref = build_controller(visit.reference)
+    for start in range(0, len(chosen), visit.batch_size):
+        part = chosen[start:start + visit.batch_size]
         out = decode(model, [prompts[r] for r, _ in part], ref, config, seeds=row_seeds[[r for r, _ in part]],
                      initial=torch.stack([visited[k] for k in part]), context=context.subset([r for r, _ in part]))
         finals.update({k: out.generated[j].cpu() for j, k in enumerate(part)})
@@ -91,15 +93,16 @@ def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: 
     return RolloutDataset(X=X, y=y, sample=rows, step=step, position=pos)
 
 
-def build_on_policy_dataset(loaded: Any, task: Any, split: str, n: int, controller: Any, *,
-                            config: Optional[DecodeConfig] = None, batch_size: int = 64,
-                            states_per_rollout: int = 4, data_seed: int = 0, seed: int = 0,
+def build_on_policy_dataset(loaded: Any, task: Any, controller: Any, draw: ExampleDraw,
+                            visit: Optional[DaggerVisit] = None, *, config: Optional[DecodeConfig] = None,
                             progress: Any = None) -> RolloutDataset:
-    """:func:`collect_on_policy` over ``n`` examples of a task split (seeds as in evaluation)."""
+    """:func:`collect_on_policy` over ``draw``'s examples of a task (seeds as in evaluation); the batch
+    starting at example ``start`` draws its visited steps with ``visit.seed + start``."""
+    visit = visit if visit is not None else DaggerVisit()
+    visit.validate()
     structure = task_generation_structure(task)
-    return over_split(loaded, task, split, n,
+    return over_split(loaded, task,
                       lambda prompts, seeds, cfg, start, context: collect_on_policy(
                           loaded.denoiser, prompts, controller, cfg, seeds=seeds,
-                          states_per_rollout=states_per_rollout, seed=seed + start, batch_size=batch_size,
-                          structure=structure, context=context),
-                      config=config, batch_size=batch_size, data_seed=data_seed, progress=progress)
+                          visit=visit.replace(seed=visit.seed + start), structure=structure, context=context),
+                      draw, config=config, progress=progress)

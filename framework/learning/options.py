@@ -4,6 +4,10 @@
   (:func:`framework.learning.train.train_net`): the optimisation, and what is logged where;
 * :class:`RLOptions`: the REINFORCE fine-tune (:func:`framework.learning.rl_train.rl_finetune`;
   λ, the reward form, the group of K rollouts per prompt, τ and T of the sampled policy, τ₂);
+* :class:`DaggerVisit`: how DAgger labels the states a policy visits
+  (:func:`framework.learning.dagger.collect_on_policy`);
+* :class:`ThresholdCalibration`: the grid of τ and the validation examples the calibration decodes
+  (:func:`framework.learning.train.calibrate_threshold`);
 * :class:`PolicyOptions`: ``adec train-controller``'s pipeline
   (:func:`framework.learning.pipeline.train_policy`), in seven groups: ``data`` (what is rolled
   out and labelled), ``network`` (the policy kinds and their shape), ``training`` (the
@@ -19,14 +23,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from framework.core.options import ChoiceListParam, IntListParam, OptionGroups, Options, ProbabilityListParam
+from framework.core.options import (
+    WANDB_MODES,
+    ChoiceListParam,
+    IntListParam,
+    OptionGroups,
+    Options,
+    ProbabilityListParam,
+    RunLogging,  # noqa: F401 - re-exported: it moved to framework.core.options, shared by other layers
+)
 from framework.core.params import MappingParam, Param, ParameterError
 from framework.learning.nets import KINDS
+from framework.tasks.options import ExampleDraw
 
 METHODS = ("imitation", "dagger", "rl")
 LABELS = ("reference", "set")
 REWARDS = ("additive", "multiplicative")  # = framework.learning.rl.REWARDS
-WANDB_MODES = ("offline", "online", "disabled")
 #: the window transformer's default width, layers and heads
 WINDOW_ARCH = {"d_model": 32, "layers": 2, "heads": 4}
 #: the calibration grid of thresholds τ
@@ -63,22 +75,6 @@ class NetTraining(Options):
     devices: int = 1
     fast_dev_run: bool = False
     neg_weight: float = 1.0
-
-
-@dataclass(repr=False, eq=False)
-class RunLogging(Options):
-    """Where a Lightning run logs: CSV always, W&B in ``wandb_mode`` with ``run_config`` as its config."""
-
-    section = "logging"
-    params = {
-        "wandb_mode": Param(str, choices=WANDB_MODES, doc="Weights & Biases mode"),
-        "progress": Param(bool, doc="progress bars and Lightning's INFO lines"),
-        "run_config": MappingParam(nullable=True, doc="the W&B run's config"),
-    }
-
-    wandb_mode: str = "offline"
-    progress: bool = False
-    run_config: Optional[dict] = None
 
 
 # ---------------------------------------------------------------------- the RL fine-tune
@@ -128,6 +124,48 @@ class RLOptions(Options):
         if self.threshold >= 1.0:
             raise ParameterError(f"rl.threshold={self.threshold!r} is out of range; allowed: strictly between 0 "
                                  f"and 1")
+
+
+# ---------------------------------------------------------------------- DAgger's visits
+@dataclass(repr=False, eq=False)
+class DaggerVisit(Options):
+    """How the states a policy visits are labelled: at most ``states_per_rollout`` visited steps per
+    prompt (drawn with ``seed``), each labelled by the ``reference`` controller's decode continued
+    from it, ``batch_size`` continuations decoded together."""
+
+    section = "visit"
+    qualified = False  # collect_on_policy's own keywords: "states_per_rollout=0 is out of range ..."
+    params = {
+        "states_per_rollout": Param(int, low=1, doc="visited steps labelled per prompt"),
+        "seed": Param(int, low=0, doc="seed of the steps' draw"),
+        "reference": Param(str, doc="the controller whose continuation labels a state"),
+        "batch_size": Param(int, low=1, doc="continuations decoded together"),
+    }
+
+    states_per_rollout: int = 4
+    seed: int = 0
+    reference: str = "sequential"
+    batch_size: int = 64
+
+
+# ---------------------------------------------------------------------- the threshold's calibration
+@dataclass(repr=False, eq=False)
+class ThresholdCalibration(ExampleDraw):
+    """The calibration of a policy's τ: :class:`~framework.tasks.options.ExampleDraw`'s examples (by
+    default 64 of the validation split) decoded at each τ of ``thresholds``; the fewest mean NFE
+    whose accuracy is within ``max_drop`` of sequential's is chosen."""
+
+    section = "calibration"
+    params = {
+        **ExampleDraw.params,
+        "thresholds": ProbabilityListParam(doc="the grid of τ"),
+        "max_drop": Param(float, low=0.0, high=1.0, doc="accuracy allowed below sequential"),
+    }
+
+    split: str = "validation"
+    n: int = 64
+    thresholds: Any = DEFAULT_THRESHOLDS
+    max_drop: float = 0.01
 
 
 # ---------------------------------------------------------------------- the pipeline

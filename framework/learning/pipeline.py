@@ -31,8 +31,10 @@ from framework.learning.options import (
     LABELS,
     METHODS,
     WINDOW_ARCH,
+    DaggerVisit,
     PolicyOptions,
     RunLogging,
+    ThresholdCalibration,
 )
 from framework.learning.policy import DEFAULT_OUT, load_policy, save_policy
 from framework.learning.rollouts import RolloutDataset, build_dataset
@@ -44,6 +46,7 @@ from framework.learning.train import (
     train_net,
 )
 from framework.models.structure import task_generation_structure
+from framework.tasks.options import ExampleDraw
 
 __all__ = ["LABELS", "METHODS", "WINDOW_ARCH", "PolicyOptions", "PolicyResult", "check_options", "report",
            "train_policy"]
@@ -258,14 +261,14 @@ def _rollout_datasets(run: _Run) -> tuple[RolloutDataset, RolloutDataset, dict[s
     roll = build_controller(d.rollout) if d.rollout else None
     sets = {}
     for split, n in (("train", d.n_train), ("validation", d.n_val)):
+        draw = ExampleDraw.build(split=split, n=n, batch_size=d.decode_batch_size)
         if d.labels == "set":
             from framework.learning.set_labels import build_set_dataset
 
-            sets[split] = build_set_dataset(run.loaded, run.task, split, n, roll or build_controller("sequential"),
-                                            config=run.config, batch_size=d.decode_batch_size)
+            sets[split] = build_set_dataset(run.loaded, run.task, roll or build_controller("sequential"), draw,
+                                            config=run.config)
         else:
-            sets[split] = build_dataset(run.loaded, run.task, split, n, config=run.config,
-                                        batch_size=d.decode_batch_size, rollout=roll)
+            sets[split] = build_dataset(run.loaded, run.task, draw, config=run.config, rollout=roll)
     train, val = sets["train"], sets["validation"]
     dataset = {"train_rows": len(train), "val_rows": len(val), "train_positive_rate": train.positive_rate,
                "val_positive_rate": val.positive_rate, "n_train": d.n_train, "n_val": d.n_val,
@@ -304,14 +307,14 @@ def _calibrate_all(run: _Run) -> dict[str, Any]:
     cal_opts, n_val = run.opts.calibration, run.opts.data.n_val
     calibration: dict[str, Any] = {}
     reference = None
+    grid = ThresholdCalibration.build(split="validation", n=n_val, batch_size=run.batch,
+                                      thresholds=cal_opts.thresholds, max_drop=cal_opts.max_drop)
     for kind in run.policies:
         chosen = run.threshold
         if cal_opts.calibrate:
             run.say(f"calibrating the {kind} policy's threshold on {n_val} validation prompts ...")
             cal = calibrate_threshold(run.loaded, run.task, CONTROLLER_OF[kind], run.paths[kind], run.config,
-                                      n=n_val, thresholds=cal_opts.thresholds, max_drop=cal_opts.max_drop,
-                                      batch_size=run.batch, reference=reference,
-                                      verify_threshold=run.opts.verify_threshold)
+                                      grid, reference=reference, verify_threshold=run.opts.verify_threshold)
             reference = cal["reference"]
             calibration[kind] = cal
             chosen = cal["threshold"]
@@ -367,17 +370,16 @@ def _dagger(run: _Run, train: RolloutDataset, val: RolloutDataset, features: Seq
 def _visit_and_label(run: _Run, ctrl: Any, round_: int, progress: Any) -> RolloutDataset:
     """One DAgger round's rows: the states ``ctrl`` visits on the train split, labelled by the reference
     continued from them (``states_per_rollout`` per prompt) or, with set labels, every one of them."""
-    n_train = run.opts.data.n_train
+    draw = ExampleDraw.build(split="train", n=run.opts.data.n_train, batch_size=run.batch)
     if run.opts.data.labels == "set":
         from framework.learning.set_labels import build_set_dataset
 
-        return build_set_dataset(run.loaded, run.task, "train", n_train, ctrl, config=run.config,
-                                 batch_size=run.batch, progress=progress)
+        return build_set_dataset(run.loaded, run.task, ctrl, draw, config=run.config, progress=progress)
     from framework.learning.dagger import build_on_policy_dataset
 
-    return build_on_policy_dataset(run.loaded, run.task, "train", n_train, ctrl, config=run.config,
-                                   batch_size=run.batch, states_per_rollout=run.opts.rounds.states_per_rollout,
-                                   data_seed=0, seed=run.opts.training.seed + round_, progress=progress)
+    visit = DaggerVisit.build(states_per_rollout=run.opts.rounds.states_per_rollout,
+                              seed=run.opts.training.seed + round_, batch_size=run.batch)
+    return build_on_policy_dataset(run.loaded, run.task, ctrl, draw, visit, config=run.config, progress=progress)
 
 
 def report(result: PolicyResult) -> str:

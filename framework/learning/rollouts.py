@@ -17,6 +17,7 @@ from framework.engine.features import StepFeatures
 from framework.engine.loop import decode
 from framework.learning.features import FEATURE_NAMES, feature_matrix
 from framework.models.structure import task_generation_structure
+from framework.tasks.options import ExampleDraw
 
 
 # ---------------------------------------------------------------------- rollouts -> dataset
@@ -139,20 +140,21 @@ def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: Decod
     return RolloutDataset(X=X, y=y, sample=rows, step=step, position=pos)
 
 
-def over_split(loaded: Any, task: Any, split: str, n: int, collect: Any, *,
-               config: Optional[DecodeConfig] = None,
-               batch_size: int = 64, data_seed: int = 0, progress: Any = None) -> RolloutDataset:
-    """``collect(prompts, seeds, config, start, context)`` over ``n`` examples of a task split in batches
-    (seeds as in evaluation; ``context`` the batch's :meth:`DecodeContext.for_batch`), the parts
-    concatenated; ``progress`` (a tqdm bar) counts prompts."""
+def over_split(loaded: Any, task: Any, collect: Any, draw: ExampleDraw, *,
+               config: Optional[DecodeConfig] = None, progress: Any = None) -> RolloutDataset:
+    """``collect(prompts, seeds, config, start, context)`` over ``draw``'s examples of a task
+    (:class:`~framework.tasks.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
+    in evaluation; ``context`` the batch's :meth:`DecodeContext.for_batch`), the parts concatenated;
+    ``progress`` (a tqdm bar) counts prompts."""
     from framework.engine.evaluate import item_seeds
 
+    draw.validate()
     config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)
-    examples = task.examples(split, n, seed=data_seed)
+    examples = task.examples(draw.split, draw.n, seed=draw.data_seed)
     tok = loaded.tokenizer
     parts = []
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start : start + batch_size]
+    for start in range(0, len(examples), draw.batch_size):
+        chunk = examples[start : start + draw.batch_size]
         parts.append(collect([tok.encode(ex.prompt) for ex in chunk], item_seeds([ex.id for ex in chunk], config.seed),
                              config, start, DecodeContext.for_batch(tok, chunk, task=task, gen_length=config.gen_length)))
         if progress is not None:
@@ -160,12 +162,12 @@ def over_split(loaded: Any, task: Any, split: str, n: int, collect: Any, *,
     return RolloutDataset.concat(parts)
 
 
-def build_dataset(loaded: Any, task: Any, split: str, n: int, *, config: Optional[DecodeConfig] = None,
-                  batch_size: int = 64, rollout: Any = None, data_seed: int = 0) -> RolloutDataset:
-    """:func:`collect_rollouts` over ``n`` examples of a task split (seeds as in evaluation)."""
+def build_dataset(loaded: Any, task: Any, draw: ExampleDraw, *, config: Optional[DecodeConfig] = None,
+                  rollout: Any = None) -> RolloutDataset:
+    """:func:`collect_rollouts` over ``draw``'s examples of a task (seeds as in evaluation)."""
     structure = task_generation_structure(task)
-    return over_split(loaded, task, split, n,
+    return over_split(loaded, task,
                       lambda prompts, seeds, cfg, start, context: collect_rollouts(
                           loaded.denoiser, prompts, cfg, seeds=seeds, rollout=rollout, structure=structure,
                           context=context),
-                      config=config, batch_size=batch_size, data_seed=data_seed)
+                      draw, config=config)

@@ -31,6 +31,7 @@ from framework.engine.loop import decode
 from framework.learning.dagger import _StateRecorder
 from framework.learning.rollouts import RolloutDataset
 from framework.models.structure import task_generation_structure
+from framework.tasks.options import ExampleDraw
 
 #: ``check(tokens, committed) -> bool | None``: a task's verifier bound to one example
 Check = Callable[[Sequence[int], Sequence[bool]], Optional[bool]]
@@ -106,19 +107,20 @@ def collect_set_labelled(model: Any, prompts: Sequence[Sequence[int]], controlle
     return RolloutDataset(X=X, y=y, sample=rows, step=step, position=pos)
 
 
-def build_set_dataset(loaded: Any, task: Any, split: str, n: int, controller: Any, *,
-                      config: Optional[DecodeConfig] = None, batch_size: int = 64, data_seed: int = 0,
-                      progress: Any = None) -> RolloutDataset:
-    """:func:`collect_set_labelled` over ``n`` examples of a task split, in batches (seeds as in
-    evaluation); ``progress`` (a tqdm bar) counts prompts."""
+def build_set_dataset(loaded: Any, task: Any, controller: Any, draw: ExampleDraw, *,
+                      config: Optional[DecodeConfig] = None, progress: Any = None) -> RolloutDataset:
+    """:func:`collect_set_labelled` over ``draw``'s examples of a task
+    (:class:`~framework.tasks.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
+    in evaluation); ``progress`` (a tqdm bar) counts prompts."""
     from framework.engine.evaluate import item_seeds
 
+    draw.validate()
     config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)
-    examples = task.examples(split, n, seed=data_seed)
+    examples = task.examples(draw.split, draw.n, seed=draw.data_seed)
     structure = task_generation_structure(task)
     parts = []
-    for start in range(0, len(examples), batch_size):
-        chunk = examples[start:start + batch_size]
+    for start in range(0, len(examples), draw.batch_size):
+        chunk = examples[start:start + draw.batch_size]
         checks = [lambda t, c, ex=ex: task.completable(ex, t, c) for ex in chunk]
         parts.append(collect_set_labelled(loaded.denoiser, [loaded.tokenizer.encode(ex.prompt) for ex in chunk],
                                           controller, config, checks,

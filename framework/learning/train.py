@@ -44,7 +44,7 @@ import os
 import warnings
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 from torch import nn
@@ -53,7 +53,7 @@ from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
 from framework.learning.features import FEATURE_NAMES
 from framework.learning.nets import PolicyNet, build_net
-from framework.learning.options import DEFAULT_THRESHOLDS, NetTraining, RunLogging
+from framework.learning.options import NetTraining, RunLogging, ThresholdCalibration
 from framework.learning.rollouts import RolloutDataset
 from framework.learning.windows import Windows, as_windows
 
@@ -317,24 +317,28 @@ def policy_controller(controller: str, policy: "str | os.PathLike", threshold: O
 
 
 def calibrate_threshold(loaded: Any, task: Any, controller: str, policy: "str | os.PathLike",
-                        config: DecodeConfig, *, n: int = 64,
-                        thresholds: Sequence[float] = DEFAULT_THRESHOLDS,
-                        max_drop: float = 0.01, batch_size: int = 64, data_seed: int = 0,
+                        config: DecodeConfig, options: Optional[ThresholdCalibration] = None, *,
                         reference: Optional[dict] = None,
                         verify_threshold: Optional[float] = None) -> dict[str, Any]:
-    """Decode ``n`` validation examples at each threshold; pick the tuning rule's point (inside
-    ``verified`` when ``verify_threshold`` is given, as the policy will be decoded)."""
+    """Decode ``options``' examples (:class:`~framework.learning.options.ThresholdCalibration`, default
+    64 of the validation split) at each threshold τ of its grid; pick the tuning rule's point: the
+    fewest mean NFE with accuracy ≥ the sequential ``reference``'s − ``max_drop`` (the reference decoded
+    here unless given). Inside ``verified`` when ``verify_threshold`` is given, as the policy will be
+    decoded."""
     from framework.tuning.front import choose_index
     from framework.tuning.objective import REFERENCE, score_examples
 
-    examples = task.examples("validation", n, seed=data_seed)
+    opts = options if options is not None else ThresholdCalibration()
+    opts.validate()
+    examples = task.examples(opts.split, opts.n, seed=opts.data_seed)
     if reference is None:
-        reference = score_examples(loaded, task, build_controller(REFERENCE), config, examples, batch_size).figures()
+        reference = score_examples(loaded, task, build_controller(REFERENCE), config, examples,
+                                   opts.batch_size).figures()
     sweep = []
-    for thr in thresholds:
+    for thr in opts.thresholds:
         ctrl = policy_controller(controller, policy, thr, verify_threshold)
         sweep.append({"threshold": float(thr),
-                      **score_examples(loaded, task, ctrl, config, examples, batch_size).figures()})
-    i, met = choose_index([(s["accuracy"], s["nfe"]) for s in sweep], reference["accuracy"], max_drop)
+                      **score_examples(loaded, task, ctrl, config, examples, opts.batch_size).figures()})
+    i, met = choose_index([(s["accuracy"], s["nfe"]) for s in sweep], reference["accuracy"], opts.max_drop)
     return {"threshold": sweep[i]["threshold"], "met_target": met, "sweep": sweep, "reference": reference,
-            "rule": f"fewest mean NFE with validation accuracy >= {REFERENCE} - {max_drop:g}"}
+            "rule": f"fewest mean NFE with {opts.split} accuracy >= {REFERENCE} - {opts.max_drop:g}"}

@@ -31,7 +31,7 @@ from __future__ import annotations
 import warnings
 from contextlib import contextmanager, nullcontext
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
@@ -43,9 +43,11 @@ from framework.engine.layout import model_block_size
 from framework.engine.loop import decode, layout
 from framework.models.arch.llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
 from framework.models.own import OwnArchitectureDenoiser
+from framework.profiling.options import LLADA_VOCAB, LOOPS, ProfileArch, ProfileOptions
 
-LLADA_VOCAB = 126464
-LOOPS = ("decode", "bare", "verify")
+__all__ = ["LLADA_VOCAB", "LOOPS", "ProfileArch", "ProfileOptions", "ProfileRow", "as_dicts", "bare_loop",
+           "default_caches", "markdown_table", "profile_model", "ratios", "run_profile"]
+
 
 
 @dataclass
@@ -72,15 +74,17 @@ class ProfileRow:
     median_after_forward_peak_mb: float = float("nan")
 
 
-def profile_model(vocab_size: int = LLADA_VOCAB, d_model: int = 256, n_layers: int = 4, n_heads: int = 8,
-                  mlp_hidden: int = 1024, device: "str | torch.device" = "cpu",
-                  dtype: torch.dtype = torch.float32,
-                  seed: int = 0, query_chunk: Optional[int] = None) -> OwnArchitectureDenoiser:
-    """A LLaDA-architecture denoiser built from a config (random weights), real vocabulary; full
-    forwards taken ``query_chunk`` query rows at a time when given (``MaskedDiffusionLM.query_chunk``)."""
-    torch.manual_seed(seed)
-    config = LLaDAArchConfig(d_model=d_model, n_heads=n_heads, n_kv_heads=n_heads, n_layers=n_layers,
-                             mlp_hidden_size=mlp_hidden, vocab_size=vocab_size, max_sequence_length=4096,
+def profile_model(arch: Optional[ProfileArch] = None, *, device: "str | torch.device" = "cpu",
+                  dtype: torch.dtype = torch.float32) -> OwnArchitectureDenoiser:
+    """A LLaDA-architecture denoiser built from ``arch`` (:class:`~framework.profiling.options.ProfileArch`,
+    default every default) on ``device`` in ``dtype``: random weights, the real vocabulary; full
+    forwards taken ``arch.query_chunk`` query rows at a time when given (``MaskedDiffusionLM.query_chunk``)."""
+    a = arch if arch is not None else ProfileArch()
+    a.validate()
+    vocab_size = a.vocab_size
+    torch.manual_seed(a.seed)
+    config = LLaDAArchConfig(d_model=a.d_model, n_heads=a.n_heads, n_kv_heads=a.n_heads, n_layers=a.n_layers,
+                             mlp_hidden_size=a.mlp_hidden, vocab_size=vocab_size, max_sequence_length=4096,
                              mask_token_id=(LLADA_MASK_TOKEN_ID if vocab_size > LLADA_MASK_TOKEN_ID
                                             else vocab_size - 1),
                              eos_token_id=None, pad_token_id=0)
@@ -95,7 +99,7 @@ def profile_model(vocab_size: int = LLADA_VOCAB, d_model: int = 256, n_layers: i
         for p in model.parameters():
             p.normal_(std=0.02)
     model = model.eval().requires_grad_(False)
-    model.query_chunk = query_chunk
+    model.query_chunk = a.query_chunk
     return OwnArchitectureDenoiser(model, mask_token_id=config.mask_token_id, vocab_size=vocab_size,
                                    pad_token_id=0)
 
@@ -218,40 +222,35 @@ def _measure(fn: Callable[[], tuple[int, float, float]], repeats: int, model: An
     return nfe, median(fwd), median(tot), ap
 
 
-def run_profile(
-    model: Any, *, batches: Iterable[int] = (1, 8), caches: Optional[Iterable[str]] = None,
-    temperatures: Iterable[float] = (0.0, 1.0), prompt_length: int = 256, gen_length: int = 256,
-    block_length: int = 32, steps: Optional[int] = None, repeats: int = 3,
-    progress: Optional[Callable] = None,
-    loops: Iterable[str] = ("decode", "bare"),
-) -> list[ProfileRow]:
-    """Measure ``loops`` for every batch size, cache mode and temperature: ``decode`` (:func:`decode`),
-    ``bare`` (:func:`bare_loop`) and ``verify`` (:func:`decode` computing WINO's verification of the
-    decided tokens every step, the shadow block, at the same NFE).
+def run_profile(model: Any, options: Optional[ProfileOptions] = None, *,
+                progress: Optional[Callable] = None) -> list[ProfileRow]:
+    """Measure ``options.sweep.loops`` for every batch size, cache mode and temperature of ``options``
+    (:class:`~framework.profiling.options.ProfileOptions`, default every default): ``decode``
+    (:func:`decode`), ``bare`` (:func:`bare_loop`) and ``verify`` (:func:`decode` computing WINO's
+    verification of the decided tokens every step, the shadow block, at the same NFE).
 
-    ``steps`` defaults to ``gen_length // 4`` (four tokens per step). ``caches`` defaults to every mode
-    the model's layout has (:func:`default_caches`). ``progress`` is called with a description before
-    each configuration (the CLI passes a progress bar's update).
+    ``shapes.steps`` defaults to ``gen_length // 4`` (four tokens per step). ``sweep.caches`` defaults
+    to every mode the model's layout has (:func:`default_caches`). ``progress`` is called with a
+    description before each configuration (the CLI passes a progress bar's update).
     """
-    caches = default_caches(model) if caches is None else tuple(caches)
-    loops = tuple(loops)
-    unknown = [name for name in loops if name not in LOOPS]
-    if unknown:
-        raise ValueError(f"unknown profile loop(s) {unknown}; allowed: {', '.join(LOOPS)}")
-    steps = steps or gen_length // 4
+    opts = (options if options is not None else ProfileOptions()).validate()
+    shapes, sweep = opts.shapes, opts.sweep
+    caches = default_caches(model) if sweep.caches is None else tuple(sweep.caches)
+    prompt_length, gen_length, block_length = shapes.prompt_length, shapes.gen_length, shapes.block_length
+    steps = shapes.steps or gen_length // 4
     vocab = model.vocab_size
     itemsize = torch.finfo(next(model.parameters()).dtype).bits // 8
     rows: list[ProfileRow] = []
     g = torch.Generator().manual_seed(0)
-    for batch in batches:
+    for batch in shapes.batches:
         prompts = torch.randint(0, min(vocab, 100000), (batch, prompt_length), generator=g).tolist()
         for cache in caches:
-            for temperature in temperatures:
+            for temperature in sweep.temperatures:
                 fns = _loop_fns(model, prompts, gen_length, block_length, steps, cache, temperature)
-                for name, fn in ((name, fns[name]) for name in loops):
+                for name, fn in ((name, fns[name]) for name in sweep.loops):
                     if progress:
                         progress(f"{name} batch={batch} cache={cache} T={temperature:g}")
-                    nfe, f, t, mem = _measure(fn, repeats, model)
+                    nfe, f, t, mem = _measure(fn, sweep.repeats, model)
                     rows.append(_profile_row(name, batch, cache, temperature, nfe, f, t, mem,
                                              window_logits_mb=batch * block_length * vocab * itemsize / 2**20,
                                              gen_length=gen_length))

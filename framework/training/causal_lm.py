@@ -33,14 +33,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from framework.core.options import RunLogging
+from framework.training.options import CAUSAL_RECIPE, CausalOptions
+
 FORMAT = "adaptive-decoding.causal-lm"
 FORMAT_VERSION = 1
 
 #: the default recipe: small and quick (a verifier need not be strong to catch incoherent rollouts)
-RECIPE: dict[str, Any] = dict(
-    d_model=64, n_layers=2, n_heads=4, d_ff=256, max_steps=1500, max_minutes=4.0, batch_size=128,
-    lr=2e-3, weight_decay=0.01, warmup_steps=100, corrupt=0.5, val_size=256, val_every=500, n_test=500,
-)
+RECIPE: dict[str, Any] = CAUSAL_RECIPE
 _ARCH = ("d_model", "n_layers", "n_heads", "d_ff")
 
 
@@ -215,46 +215,44 @@ def ar_exact_match(model: CausalLM, task: Any, examples: Sequence[Any]) -> float
                for e, g in zip(examples, gen)) / len(examples)
 
 
-def train_causal_lm(
-    task: Any, *, max_steps: Optional[int] = None, max_minutes: Optional[float] = None,
-    out_dir: "str | os.PathLike | None" = None, seed: int = 0, wandb_mode: str = "offline",
-    progress: bool = True, num_threads: Optional[int] = None, **overrides: Any,
-) -> CausalTrainResult:
+def train_causal_lm(task: Any, options: Optional[CausalOptions] = None, **flat: Any) -> CausalTrainResult:
     """Train the verifier LM on ``task`` (a name or a Task), measure it, save it as a folder.
 
-    ``overrides``: any :data:`RECIPE` key (``d_model``, ``batch_size``, ``lr``, ``corrupt``,
-    ``val_size``, ``n_test``, ...). ``wandb_mode``: offline (default), online or disabled.
-    ``num_threads``: torch CPU threads (one is fastest on a shared machine).
+    ``options``: :class:`~framework.training.options.CausalOptions` (default every default): ``recipe``
+    (:data:`RECIPE`'s keys: ``d_model``, ``batch_size``, ``lr``, ``corrupt``, ``val_size``, ``n_test``,
+    the budgets ``max_steps`` and ``max_minutes`` ...), ``run`` (``out_dir``, ``seed``, ``num_threads``:
+    torch CPU threads, one is fastest on a shared machine) and ``logging`` (``wandb_mode``: offline,
+    online or disabled; ``progress``; ``run_config``). ``flat``: any of those fields by name, replacing
+    ``options``' (``None`` keeps the default).
     """
     from framework.models.saved import default_cache_dir
     from framework.tasks.base import Task, get_task
     from framework.training.data import TaskDataModule
 
-    if wandb_mode not in ("offline", "online", "disabled"):
-        raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
-    r = _recipe(overrides, max_steps, max_minutes)
-    if num_threads:
-        torch.set_num_threads(int(num_threads))
+    opts = CausalOptions.with_flat(options, {k: v for k, v in flat.items() if v is not None})
+    r, run = opts.recipe.get_params(), opts.run
+    if run.num_threads:
+        torch.set_num_threads(run.num_threads)
     task_obj = task if isinstance(task, Task) else get_task(task)
-    out = Path(out_dir) if out_dir is not None else default_cache_dir() / "runs" / \
+    out = Path(run.out_dir) if run.out_dir is not None else default_cache_dir() / "runs" / \
         f"causal-{task_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
     out.mkdir(parents=True, exist_ok=True)
-    pl.seed_everything(seed, workers=True, verbose=False)
+    pl.seed_everything(run.seed, workers=True, verbose=False)
     module = CausalLMModule(task=task_obj.name, task_params=task_obj.get_params(),
                             model={k: r[k] for k in _ARCH}, lr=r["lr"], weight_decay=r["weight_decay"],
                             warmup_steps=r["warmup_steps"], max_steps=r["max_steps"],
                             max_seconds=60.0 * r["max_minutes"] if r["max_minutes"] else None,
                             corrupt=r["corrupt"])
-    data = TaskDataModule(task_obj, batch_size=r["batch_size"], val_size=r["val_size"], seed=seed)
-    loggers = _loggers(out, task_obj.name, r, wandb_mode)
-    trainer = _trainer(r, loggers, out, progress)
+    data = TaskDataModule(task_obj, batch_size=r["batch_size"], val_size=r["val_size"], seed=run.seed)
+    loggers = _loggers(out, task_obj.name, r, opts.logging)
+    trainer = _trainer(r, loggers, out, opts.logging.progress)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*does not have many workers.*")
         warnings.filterwarnings("ignore", message=".*IterableDataset.*")
         trainer.fit(module, datamodule=data)
     secs = time.perf_counter() - (module._t0 or time.perf_counter())
     lm = module.lm.cpu().eval()
-    metrics = _measure(lm, task_obj, trainer, r, seed, secs)
+    metrics = _measure(lm, task_obj, trainer, r, run.seed, secs)
     save_causal_lm(out, lm, task=task_obj, recipe=r, metrics=metrics)
     for lg in loggers[1:]:
         lg.experiment.finish()
@@ -263,33 +261,19 @@ def train_causal_lm(
                              train_seconds=secs, config=lm.config.to_dict())
 
 
-def _recipe(overrides: dict[str, Any], max_steps: Optional[int], max_minutes: Optional[float]) -> dict[str,
-                                                                                                       Any]:
-    """:data:`RECIPE` with the given overrides (``None`` keeps the default); an unknown key is refused."""
-    unknown = set(overrides) - set(RECIPE)
-    if unknown:
-        raise TypeError(f"train_causal_lm() got unknown options {sorted(unknown)}; allowed: "
-                        f"{', '.join(RECIPE)}")
-    r = {**RECIPE, **{k: v for k, v in overrides.items() if v is not None}}
-    if max_steps is not None:
-        r["max_steps"] = max_steps
-    if max_minutes is not None:
-        r["max_minutes"] = max_minutes
-    return r
-
-
-def _loggers(out: Path, task_name: str, r: dict[str, Any], wandb_mode: str) -> list[Any]:
-    """A CSV logger under ``out/lightning``, and a W&B one unless ``wandb_mode`` is ``disabled``."""
+def _loggers(out: Path, task_name: str, r: dict[str, Any], log: RunLogging) -> list[Any]:
+    """A CSV logger under ``out/lightning``, and a W&B one unless ``log.wandb_mode`` is ``disabled``
+    (its config: the task, the recipe and ``log.run_config``)."""
     from pytorch_lightning.loggers import CSVLogger
 
     loggers: list[Any] = [CSVLogger(str(out / "lightning"), name="csv")]
-    if wandb_mode != "disabled":
+    if log.wandb_mode != "disabled":
         from pytorch_lightning.loggers import WandbLogger
 
         os.environ.setdefault("WANDB_SILENT", "true")
         loggers.append(WandbLogger(project="adaptive-decoding", name=f"causal-lm-{task_name}",
-                                   save_dir=str(out / "lightning"), mode=wandb_mode,
-                                   config={"task": task_name, **r}))
+                                   save_dir=str(out / "lightning"), mode=log.wandb_mode,
+                                   config={"task": task_name, **r, **(log.run_config or {})}))
     return loggers
 
 

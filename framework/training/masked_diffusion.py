@@ -33,10 +33,13 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
+from framework.core.options import RunLogging
+
 #: architecture presets (``--size``); a dict of :class:`TinyConfig` fields is accepted too
 from framework.models.tiny import MODEL_SIZES, TinyConfig, TinyDenoiser
 from framework.tasks.base import Example, Recipe, Task, get_task, recipe_for  # noqa: F401 - Recipe, recipe_for re-exported
 from framework.training.data import TaskDataModule
+from framework.training.options import DenoiserOptions
 
 
 def __getattr__(name: str) -> Any:
@@ -262,70 +265,57 @@ def _resolve_size(model_size: Any) -> dict[str, Any]:
     return dict(MODEL_SIZES[model_size])
 
 
-def train_denoiser(
-    task: "str | Task",
-    *,
-    max_minutes: Optional[float] = None,
-    max_steps: Optional[int] = None,
-    model_size: Any = None,
-    out_dir: "str | os.PathLike | None" = None,
-    seed: int = 0,
-    wandb_mode: str = "offline",
-    progress: bool = True,
-    init_from: "str | os.PathLike | None" = None,
-    **overrides: Any,
-) -> TrainResult:
+def train_denoiser(task: "str | Task", options: Optional[DenoiserOptions] = None, **flat: Any) -> TrainResult:
     """Train a tiny denoiser on ``task``, measure its test exact match, save it as a folder.
 
     Args:
         task: a registered task name or a :class:`Task` instance.
-        max_minutes, max_steps: budgets (whichever is spent first ends training); default: the
-            task's declared ``Task.recipe``.
-        model_size: ``tiny``, ``small``, ``base`` or a dict of :class:`TinyConfig` fields.
-        out_dir: where the model folder goes (``config.json``, ``model.pt``, ``metrics.json``) and
-            the Lightning logs and checkpoints (``lightning/``); default a new folder under
-            ``default_cache_dir()/runs``.
-        seed: seeds weights, data and masking.
-        wandb_mode: ``offline`` (default), ``online`` or ``disabled`` (no W&B logger at all).
-        progress: show the progress bar and the model summary.
-        init_from: a saved tiny denoiser (folder or built-in name) of the same architecture and
-            vocabulary to start from instead of random weights; its position table is grown to this
-            task's canvas by repeating its last row (:func:`framework.training.warm_start.warm_start`).
-        overrides: any other :class:`Recipe` field (``lr``, ``batch_size``, ``train_size``,
-            ``val_size``, ``val_every``, ``n_test``, ``warmup_steps``, ``weight_decay``, ``eps``),
-            plus ``accelerator`` / ``devices`` for the Trainer and ``num_threads`` for torch
-            (default :func:`auto_threads`: the idle cores).
+        options: :class:`~framework.training.options.DenoiserOptions` (default every default):
+            ``recipe``, the task's declared ``Task.recipe`` fields to override (``model_size``:
+            ``tiny``, ``small``, ``base`` or a dict of :class:`TinyConfig` fields; the budgets
+            ``max_minutes`` and ``max_steps``, whichever is spent first ends training; ``lr``,
+            ``batch_size``, ``train_size``, ``val_size``, ``val_every``, ``n_test``,
+            ``warmup_steps``, ``weight_decay``, ``eps``); ``run``: ``out_dir``, where the model
+            folder goes (``config.json``, ``model.pt``, ``metrics.json``) and the Lightning logs and
+            checkpoints (``lightning/``; default a new folder under ``default_cache_dir()/runs``),
+            ``seed`` (weights, data and masking), ``init_from`` (a saved tiny denoiser, folder or
+            built-in name, of the same architecture and vocabulary to start from instead of random
+            weights; its position table is grown to this task's canvas by repeating its last row,
+            :func:`framework.training.warm_start.warm_start`), the Trainer's ``accelerator`` /
+            ``devices`` and torch's ``num_threads`` (default :func:`auto_threads`: the idle cores);
+            ``logging``: ``wandb_mode`` (``offline``, ``online`` or ``disabled``: no W&B logger at
+            all), ``progress`` (the progress bar and the model summary), ``run_config`` (more W&B config).
+        flat: any field of those groups by name (``max_steps=20, out_dir=..., wandb_mode="disabled"``),
+            replacing ``options``' (:meth:`~framework.core.options.OptionGroups.with_flat`); ``None``
+            keeps the default.
     """
     from framework.models.saved import default_cache_dir
 
     t_begin = time.perf_counter()
-    if wandb_mode not in ("offline", "online", "disabled"):
-        raise ValueError(f"wandb_mode={wandb_mode!r}; allowed: offline, online, disabled")
+    opts = DenoiserOptions.with_flat(options, {k: v for k, v in flat.items() if v is not None})
+    run, log = opts.run, opts.logging
     task_obj = task if isinstance(task, Task) else get_task(task)
-    accelerator = overrides.pop("accelerator", "cpu")
-    devices = overrides.pop("devices", 1)
-    num_threads = overrides.pop("num_threads", None)
-    recipe = resolve_recipe(task_obj, overrides, max_minutes=max_minutes, max_steps=max_steps, model_size=model_size)
+    recipe = resolve_recipe(task_obj, opts.recipe.overrides())
     arch = _resolve_size(recipe["size"])
-    with _torch_threads(int(num_threads) if num_threads else auto_threads()):
-        pl.seed_everything(seed, workers=True, verbose=False)
+    with _torch_threads(run.num_threads or auto_threads()):
+        pl.seed_everything(run.seed, workers=True, verbose=False)
         module = MaskedDiffusionLM(
             task=task_obj.name, task_params=task_obj.get_params(), model=arch, lr=recipe["lr"],
             weight_decay=recipe["weight_decay"], warmup_steps=recipe["warmup_steps"],
             max_steps=recipe["max_steps"],
             max_seconds=None if recipe["max_minutes"] is None else 60.0 * recipe["max_minutes"], eps=recipe["eps"],
         )
-        init_note = _warm_start_from(module, init_from) if init_from is not None else None  # before any file
-        out = Path(out_dir) if out_dir is not None else \
+        init_note = _warm_start_from(module, run.init_from) if run.init_from is not None else None  # before any file
+        out = Path(run.out_dir) if run.out_dir is not None else \
             default_cache_dir() / "runs" / f"{task_obj.name}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
         out.mkdir(parents=True, exist_ok=True)
         data = TaskDataModule(task_obj, batch_size=recipe["batch_size"], train_size=recipe["train_size"],
-                              val_size=recipe["val_size"], seed=seed)
-        wandb_logger = _wandb_logger(out, wandb_mode, task_obj, arch, recipe, seed)
-        trainer = _trainer(out, recipe, accelerator, devices, progress, wandb_logger)
+                              val_size=recipe["val_size"], seed=run.seed)
+        wandb_logger = _wandb_logger(out, log, task_obj, arch, recipe, run.seed)
+        trainer = _trainer(out, recipe, run.accelerator, run.devices, log.progress, wandb_logger)
         _fit(trainer, module, data)
         train_seconds = time.perf_counter() - (module._t0 or t_begin)
-        return _test_and_save(out, module, trainer, task_obj, recipe, seed, wandb_logger,
+        return _test_and_save(out, module, trainer, task_obj, recipe, run.seed, wandb_logger,
                               train_seconds=train_seconds, t_begin=t_begin, init_from=init_note)
 
 
@@ -346,10 +336,9 @@ def _warm_start_from(module: "MaskedDiffusionLM", init_from: "str | os.PathLike"
     return f"{init_from} (+{added} positions)"
 
 
-def resolve_recipe(task: Task, overrides: dict[str, Any], *, max_minutes: Optional[float] = None,
-                   max_steps: Optional[int] = None, model_size: Any = None) -> dict[str, Any]:
-    """The task's declared recipe (``Task.recipe``) with the caller's overrides; an unknown option
-    raises ``TypeError`` listing the allowed ones."""
+def resolve_recipe(task: Task, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The task's declared recipe (``Task.recipe``) with the caller's overrides (``None`` keeps the
+    recipe's value); an unknown option raises ``TypeError`` listing the allowed ones."""
     base = task.training_recipe()
     unknown = set(overrides) - set(base.to_dict())
     if unknown:
@@ -357,26 +346,21 @@ def resolve_recipe(task: Task, overrides: dict[str, Any], *, max_minutes: Option
                         f"allowed: {', '.join(sorted(base.to_dict()))}")
     fields = base.to_dict()
     fields.update({k: v for k, v in overrides.items() if v is not None})
-    if max_minutes is not None:
-        fields["max_minutes"] = max_minutes
-    if max_steps is not None:
-        fields["max_steps"] = max_steps
-    if model_size is not None:
-        fields["size"] = model_size
     return fields
 
 
-def _wandb_logger(out: Path, wandb_mode: str, task: Task, arch: dict, recipe: dict, seed: int) -> Any:
-    """A W&B logger of the run (``None`` when ``wandb_mode`` is ``disabled``)."""
-    if wandb_mode == "disabled":
+def _wandb_logger(out: Path, log: RunLogging, task: Task, arch: dict, recipe: dict, seed: int) -> Any:
+    """A W&B logger of the run (``None`` when ``log.wandb_mode`` is ``disabled``); ``log.run_config``
+    is merged into its config."""
+    if log.wandb_mode == "disabled":
         return None
     from pytorch_lightning.loggers import WandbLogger
 
     os.environ.setdefault("WANDB_SILENT", "true")
     return WandbLogger(
         project="adaptive-decoding", name=f"train-{task.name}", save_dir=str(out / "lightning"),
-        mode=wandb_mode, config={"task": task.name, "task_params": task.get_params(),
-                                 "model": arch, "recipe": recipe, "seed": seed},
+        mode=log.wandb_mode, config={"task": task.name, "task_params": task.get_params(),
+                                     "model": arch, "recipe": recipe, "seed": seed, **(log.run_config or {})},
     )
 
 

@@ -12,11 +12,12 @@ import torch
 from framework import DecodeConfig, build_controller, decode
 from framework.cli.main import main
 from framework.profiling import bare_loop, profile_model, ratios, run_profile
+from framework.profiling.options import ProfileArch, ProfileOptions, ProfileSweep
 
 
 @pytest.fixture(scope="module")
 def model():
-    return profile_model(vocab_size=512, d_model=32, n_layers=1, n_heads=2, mlp_hidden=64)
+    return profile_model(ProfileArch.build(vocab_size=512, d_model=32, n_layers=1, n_heads=2, mlp_hidden=64))
 
 
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
@@ -30,8 +31,9 @@ def test_the_bare_loop_decodes_exactly_what_decode_does(model, cache):
 
 
 def test_run_profile_rows_and_ratios(model):
-    rows = run_profile(model, batches=(1,), caches=("none", "dual"), temperatures=(0.0, 1.0), prompt_length=8,
-                       gen_length=16, block_length=8, steps=8, repeats=1)
+    rows = run_profile(model, ProfileOptions.from_flat({
+        "batches": [1], "caches": ["none", "dual"], "temperatures": [0.0, 1.0], "prompt_length": 8, "gen_length": 16,
+        "block_length": 8, "steps": 8, "repeats": 1}))
     assert [(r.loop, r.cache, r.temperature) for r in rows] == [
         (loop, cache, t) for cache in ("none", "dual") for t in (0.0, 1.0) for loop in ("decode", "bare")]
     assert all(r.nfe == 8 and r.forward_ms_per_step > 0 and r.window_logits_mb > 0 for r in rows)
@@ -57,13 +59,15 @@ def test_the_verify_loop_pays_no_extra_forward_and_decodes_the_same(model, cache
     ver = decode(model, prompts, verifying, config)
     assert torch.equal(ver.generated, plain.generated) and ver.nfe.tolist() == plain.nfe.tolist() == [8, 8]
     assert sum(v is not None for v in seen) >= 6  # every step with a decided token of this decode verified it
-    rows = run_profile(model, batches=(1,), caches=(cache,), temperatures=(0.0,), prompt_length=8,
-                       gen_length=16,
-                       block_length=8, steps=8, repeats=1, loops=("decode", "verify"))
+    rows = run_profile(model, ProfileOptions.from_flat({
+        "batches": [1], "caches": [cache], "temperatures": [0.0], "prompt_length": 8, "gen_length": 16,
+        "block_length": 8, "steps": 8, "repeats": 1, "loops": ["decode", "verify"]}))
     assert [r.loop for r in rows] == ["decode", "verify"] and rows[1].nfe == 8
     assert "step with WINO's verification vs without" in ratios(rows)[0]
     with pytest.raises(ValueError, match="unknown profile loop.*'nope'.*decode, bare, verify"):
-        run_profile(model, loops=("nope",))
+        run_profile(model, ProfileOptions(sweep=ProfileSweep(loops=("nope",))))
+    with pytest.raises(ValueError, match="unknown profile loop.*'nope'.*decode, bare, verify"):
+        ProfileOptions.from_flat({"loops": ["decode", "nope"]})  # refused when built, before any work
 
 
 def test_cli_prints_the_table_and_writes_json(tmp_path, capsys):

@@ -7,12 +7,18 @@ import argparse
 
 import pytest
 
+from experiments.options import ExperimentOptions, ShardedEvaluation
+from framework.core.options import PathParam
 from framework.core.params import ParameterError
 from framework.jobs.options import JobOptions
-from framework.learning.options import PolicyOptions, RLOptions
+from framework.learning.options import DaggerVisit, PolicyOptions, RLOptions, ThresholdCalibration
+from framework.profiling.options import ProfileArch, ProfileOptions
+from framework.tasks.options import ExampleDraw
+from framework.training.options import CausalOptions, DenoiserOptions
 from framework.tuning.options import TuneOptions
 
-GROUPS = [PolicyOptions, TuneOptions, JobOptions]
+GROUPS = [PolicyOptions, TuneOptions, JobOptions, DenoiserOptions, CausalOptions, ProfileOptions, ExperimentOptions]
+SINGLE = [ExampleDraw, DaggerVisit, ThresholdCalibration, ProfileArch, ShardedEvaluation]
 
 
 @pytest.mark.parametrize("cls", GROUPS)
@@ -126,3 +132,141 @@ def test_tune_builds_its_options_once_from_the_flags(monkeypatch, tmp_path):
     want = TuneOptions.from_flat({"n_trials": 3, "decode": {"gen_length": 8}, "prune_margin": None,
                                   "ranges": {"threshold": "0.6:0.9"}, "out_dir": str(tmp_path), "plot": False})
     assert seen == [want]
+
+
+# ---------------------------------------------------------------------- the second pass's groups
+@pytest.mark.parametrize("cls", SINGLE)
+def test_single_groups_round_trip_and_refuse_unknown_names(cls):
+    opts = cls.build()
+    assert cls.from_yaml(opts.to_yaml()) == opts and cls.build(**opts.get_params()) == opts
+    with pytest.raises(ParameterError, match="has no parameter 'nope'"):
+        cls.build(nope=1)
+
+
+@pytest.mark.parametrize("build, message", [
+    (lambda: ExampleDraw.build(split="dev"), "draw.split='dev' is not allowed; allowed: one of 'train'"),
+    (lambda: ExampleDraw.build(n=0), r"draw.n=0 is out of range; allowed: integer in \[1, inf\)"),
+    (lambda: ThresholdCalibration.build(thresholds=[0.5, 2]), "calibration.thresholds=.* numbers in \\[0, 1\\]"),
+    (lambda: DaggerVisit.build(batch_size=0), r"^batch_size=0 is out of range"),  # collect_on_policy's own names
+    (lambda: ProfileArch.build(d_model=30, n_heads=4), "arch.n_heads=4 does not divide arch.d_model=30"),
+    (lambda: ProfileOptions.from_flat({"caches": ["triple"]}), "sweep.caches=.* allowed: a non-empty list of 'none'"),
+    (lambda: ProfileOptions.from_flat({"batches": [1, 0]}), r"shapes.batches=\[1, 0\] is not allowed"),
+    (lambda: DenoiserOptions.from_flat({"model_size": "huge"}), "recipe.model_size='huge' is not allowed; allowed: tiny"),
+    (lambda: DenoiserOptions.from_flat({"wandb_mode": "cloud"}), "logging.wandb_mode='cloud' is not allowed"),
+    (lambda: DenoiserOptions.from_flat({"out_dir": 3}), "run.out_dir=3 is not allowed; allowed: a path or null"),
+    (lambda: CausalOptions.from_flat({"corrupt": 1.5}), r"recipe.corrupt=1.5 is out of range; allowed: number in \[0, 1\]"),
+    (lambda: ExperimentOptions.from_flat({"resume": True, "overwrite": True}), "resume=True and overwrite=True exclude"),
+    (lambda: ShardedEvaluation.build(repeats=0), "evaluation.repeats=0 is out of range"),
+])
+def test_bad_values_of_the_new_groups_are_refused_naming_the_field(build, message):
+    with pytest.raises(ParameterError, match=message):
+        build()
+
+
+def test_the_denoiser_recipe_declares_every_field_of_a_tasks_recipe():
+    import dataclasses
+
+    from framework.tasks.base import Recipe
+    from framework.training.options import DenoiserRecipe
+
+    fields = {f.name for f in dataclasses.fields(Recipe)}
+    assert set(DenoiserRecipe.params) == (fields - {"size"}) | {"model_size"}
+    assert DenoiserRecipe.build(model_size="tiny", max_steps=20).overrides() == {"size": "tiny", "max_steps": 20}
+
+
+def test_the_causal_recipe_is_the_verifiers_recipe():
+    from framework.training.causal_lm import RECIPE
+
+    assert CausalOptions().validate().recipe.get_params() == RECIPE
+
+
+def test_flat_keywords_replace_the_fields_of_the_options_given(tmp_path):
+    base = DenoiserOptions.from_flat({"max_steps": 50, "seed": 3, "progress": False})
+    opts = DenoiserOptions.with_flat(base, {"max_steps": 20, "out_dir": tmp_path, "wandb_mode": "disabled"})
+    assert opts.recipe.max_steps == 20 and opts.run.seed == 3 and opts.logging.progress is False
+    assert opts.run.out_dir == str(tmp_path) and opts.logging.wandb_mode == "disabled"
+    assert base.recipe.max_steps == 50 and base.logging.wandb_mode == "offline"  # the given options untouched
+    assert DenoiserOptions.with_flat(None, {}) == DenoiserOptions().validate()
+    with pytest.raises(ParameterError, match="DenoiserOptions option 'max_step': known: model_size"):
+        DenoiserOptions.with_flat(base, {"max_step": 20})
+
+
+def test_a_path_param_takes_a_string_or_a_path_and_stores_a_string(tmp_path):
+    assert PathParam(nullable=True).check("run", "out_dir", tmp_path) == str(tmp_path)
+    assert PathParam(nullable=True).check("run", "out_dir", None) is None
+    with pytest.raises(ParameterError, match="run.out_dir='' is not allowed"):
+        PathParam().check("run", "out_dir", "")
+
+
+def test_profile_builds_its_options_once_from_the_flags(monkeypatch):
+    import framework.profiling as profiling
+    from framework.cli import profile as cmd
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(model, options, **kw):
+        seen.append(options)
+        raise Stop
+
+    monkeypatch.setattr(profiling, "run_profile", fake)
+    args = _parsed(cmd, ["profile", "--batch", "1", "2", "--cache", "dual", "--temperature", "0", "--repeats", "1",
+                         "--prompt-length", "8", "--gen-length", "16", "--block-length", "8", "--tokens-per-step", "2",
+                         "--vocab-size", "64", "--d-model", "16", "--layers", "1", "--heads", "2", "--device", "cpu",
+                         "--loops", "decode", "verify"])
+    with pytest.raises(Stop):
+        args.func(args)
+    want = ProfileOptions.from_flat({"batches": [1, 2], "caches": ["dual"], "temperatures": [0.0], "repeats": 1,
+                                     "prompt_length": 8, "gen_length": 16, "block_length": 8, "steps": 8,
+                                     "loops": ["decode", "verify"]})
+    assert seen == [want]
+
+
+def test_train_denoiser_builds_its_options_once_from_the_flags(monkeypatch, tmp_path):
+    import framework.training.masked_diffusion as md
+    from framework.cli import train as cmd
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(task, options, **kw):
+        seen.append((task.name, options, kw))
+        raise Stop
+
+    monkeypatch.setattr(md, "train_denoiser", fake)
+    args = _parsed(cmd, ["train-denoiser", "--task", "addition", "--max-steps", "20", "--size", "tiny", "--out",
+                         str(tmp_path), "--wandb", "disabled", "--no-progress", "--threads", "1", "--seed", "2"])
+    with pytest.raises(Stop):
+        args.func(args)
+    want = DenoiserOptions.from_flat({"max_steps": 20, "model_size": "tiny", "out_dir": str(tmp_path), "seed": 2,
+                                      "num_threads": 1, "wandb_mode": "disabled", "progress": False})
+    assert seen == [("addition", want, {})]
+
+
+def test_run_builds_its_options_once_from_the_flags(monkeypatch, tmp_path):
+    import experiments.runner as runner
+    from framework.cli import run as cmd
+
+    seen = []
+
+    class Stop(Exception):
+        pass
+
+    def fake(exp, out, options, **kw):
+        seen.append(options)
+        raise Stop
+
+    monkeypatch.setattr(runner, "run_experiment", fake)
+    path = tmp_path / "e.yaml"
+    path.write_text("name: e\nmodel: tiny-addition\ntasks: [addition]\nn: 2\n"
+                    "strategies: [{label: s, controller: sequential}]\n")
+    args = _parsed(cmd, ["run", str(path), "--wandb", "disabled", "--no-progress", "--max-cells", "1",
+                         "--out", str(tmp_path / "runs")])
+    with pytest.raises(Stop):
+        args.func(args)
+    assert seen[0].cells.max_cells == 1 and seen[0].cells.resume is False and seen[0].cells.command
+    assert seen[0].logging.get_params() == {"wandb_mode": "disabled", "progress": False, "run_config": None}

@@ -67,20 +67,6 @@ ALLOWED: dict[str, str] = {
     "framework/tuning/objective.py:run_worker":
         "the module-level target of spawned tuning processes: its arguments are pickled positionally to each "
         "worker (TuneSettings already groups the study's setup)",
-    # not grouped yet: the next candidates, each a run of a sub-step with its own sizes and seeds
-    "framework/learning/train.py:calibrate_threshold":
-        "pending: to take PolicyCalibration (thresholds, max_drop) and the decode batch as options",
-    "framework/learning/dagger.py:collect_on_policy": "pending: DAgger's visit options (states, seeds, batch)",
-    "framework/learning/dagger.py:build_on_policy_dataset": "pending: DAgger's visit options (states, seeds, batch)",
-    "framework/learning/set_labels.py:build_set_dataset": "pending: the rollout options shared with build_dataset",
-    "framework/learning/rollouts.py:over_split": "pending: the rollout options shared with build_dataset",
-    "framework/profiling/__init__.py:run_profile": "pending: a profile options object (shapes, repeats, device)",
-    "framework/profiling/__init__.py:profile_model": "pending: a profile options object (shapes, repeats, device)",
-    "framework/training/masked_diffusion.py:train_denoiser": "pending: a denoiser-training options object",
-    "framework/training/causal_lm.py:train_causal_lm": "pending: the causal judge's training options",
-    "experiments/runner.py:run_experiment": "pending: an experiment run options object (file, output, workers)",
-    "experiments/workers.py:run_experiment_worker": "pending: the same experiment run options, per worker",
-    "experiments/distributed.py:evaluate_sharded": "pending: evaluate's options plus the shard's rank and world",
 }
 
 

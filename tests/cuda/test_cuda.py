@@ -126,10 +126,10 @@ def test_the_escalating_verifier_lookahead_on_the_device_scores_as_on_cpu():
 
 
 def test_bfloat16_decodes_every_position_with_the_cache():
-    from framework.profiling import profile_model
+    from framework.profiling import ProfileArch, profile_model
 
-    model = profile_model(vocab_size=VOCAB, d_model=256, n_layers=2, n_heads=4, mlp_hidden=512, device=DEVICE,
-                          dtype=torch.bfloat16)
+    model = profile_model(ProfileArch.build(vocab_size=VOCAB, d_model=256, n_layers=2, n_heads=4, mlp_hidden=512),
+                          device=DEVICE, dtype=torch.bfloat16)
     prompts = torch.randint(0, VOCAB - 400, (2, 40), generator=torch.Generator().manual_seed(0)).tolist()
     for cache in CACHES:
         r = _run(model, "fast_dllm", {"threshold": 0.9}, prompts=prompts, seeds=(1, 2), gen_length=64,
@@ -139,12 +139,13 @@ def test_bfloat16_decodes_every_position_with_the_cache():
 
 
 def test_the_profile_times_and_measures_every_step_on_the_device():
-    from framework.profiling import profile_model, run_profile
+    from framework.profiling import ProfileArch, ProfileOptions, profile_model, run_profile
 
-    model = profile_model(vocab_size=VOCAB, d_model=256, n_layers=2, n_heads=4, mlp_hidden=512, device=DEVICE,
-                          dtype=torch.bfloat16)
-    rows = run_profile(model, batches=[2], temperatures=[0.0, 1.0], prompt_length=32, gen_length=64,
-                       block_length=32, repeats=2, loops=("decode", "bare", "verify"))
+    model = profile_model(ProfileArch.build(vocab_size=VOCAB, d_model=256, n_layers=2, n_heads=4, mlp_hidden=512),
+                          device=DEVICE, dtype=torch.bfloat16)
+    rows = run_profile(model, ProfileOptions.from_flat({
+        "batches": [2], "temperatures": [0.0, 1.0], "prompt_length": 32, "gen_length": 64, "block_length": 32,
+        "repeats": 2, "loops": ["decode", "bare", "verify"]}))
     assert len(rows) == 3 * 2 * 3
     for r in rows:
         assert r.nfe == 16 and r.forward_ms_per_step > 0 and r.rest_ms_per_step >= 0

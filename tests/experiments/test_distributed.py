@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from experiments.distributed import merge_results, shard_indices, spawn
+from experiments.options import ExperimentOptions
 from experiments.workers import evaluate_jobs, run_experiment_worker
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,13 +98,12 @@ def test_multigpu_experiment_on_a_small_llada_checkpoint_two_processes(tmp_path)
                  "batch_size": 2, "tasks": ["addition", {"name": "text", "metrics": ["repetition", "bleu"]}],
                  "decode": {"gen_length": 8, "block_length": 4}}
     path = str(ROOT / "experiments" / "configs" / "llada_multigpu.yaml")
-    two = spawn(run_experiment_worker, 2, path, str(tmp_path / "two"), "disabled", False, False, False, None,
-                "test", overrides)
+    options = ExperimentOptions.from_flat({"wandb_mode": "disabled", "progress": False, "command": "test"})
+    two = spawn(run_experiment_worker, 2, path, str(tmp_path / "two"), options, overrides)
     from experiments.parse import load_experiment
     from experiments.runner import run_experiment
 
-    one = run_experiment(load_experiment(path, overrides=overrides), tmp_path / "one", wandb_mode="disabled",
-                         progress=False)
+    one = run_experiment(load_experiment(path, overrides=overrides), tmp_path / "one", options)
     assert len(one.rows) == len(two.rows) == 2 * 8
     for a, b in zip(one.rows, two.rows):
         assert (a["cell"], a["accuracy"], a["nfe"], a["tpf"], a["metrics"]) == \

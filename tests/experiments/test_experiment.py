@@ -12,11 +12,17 @@ import pytest
 import yaml
 
 import experiments.runner as E
+from experiments.options import ExperimentOptions
 from experiments.parse import load_experiment, parse_experiment
 from experiments.runner import run_experiment
 from experiments.spec import ExperimentError, _controller_kind
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+def quiet(**flat):
+    """Run options without W&B or a progress bar (``flat``: more of them by name)."""
+    return ExperimentOptions.from_flat({"wandb_mode": "disabled", "progress": False, **flat})
 
 
 def addition_g() -> int:
@@ -301,7 +307,7 @@ def test_runs_end_to_end_resumes_after_a_kill_and_never_recomputes(tmp_path, mon
     killer = Counter(fail_on=2)
     monkeypatch.setattr(E, "evaluate_cell", killer)
     with pytest.raises(KeyboardInterrupt):
-        run_experiment(path, out, wandb_mode="disabled", progress=False)
+        run_experiment(path, out, quiet())
     run_dir = out / "two"
     first, second = [c.id for c in load_experiment(path).cells()]
     assert killer.calls == [first, second]
@@ -311,12 +317,12 @@ def test_runs_end_to_end_resumes_after_a_kill_and_never_recomputes(tmp_path, mon
 
     again = Counter()
     monkeypatch.setattr(E, "evaluate_cell", again)
-    res = run_experiment(path, out, wandb_mode="disabled", progress=False, resume=True)
+    res = run_experiment(path, out, quiet(resume=True))
     assert again.calls == [second] and res.reused == [first] and res.evaluated == [second]
 
     third = Counter()
     monkeypatch.setattr(E, "evaluate_cell", third)
-    res = run_experiment(path, out, wandb_mode="disabled", progress=False)
+    res = run_experiment(path, out, quiet())
     assert third.calls == [] and len(res.rows) == 2
 
     for row in res.rows:  # the summary matches the per-sample file
@@ -356,11 +362,11 @@ def test_a_finished_cell_whose_policy_file_changed_since_is_reported_stale(tmp_p
 
 def test_a_metric_added_later_is_computed_from_the_stored_samples(tmp_path, monkeypatch):
     out = tmp_path / "runs"
-    run_experiment(write(tmp_path, two_strategy("m")), out, wandb_mode="disabled", progress=False)
+    run_experiment(write(tmp_path, two_strategy("m")), out, quiet())
     counter = Counter()
     monkeypatch.setattr(E, "evaluate_cell", counter)
     res = run_experiment(write(tmp_path, two_strategy("m", metrics=["exact_match", "rouge_l"])), out,
-                         wandb_mode="disabled", progress=False)
+                         quiet())
     assert counter.calls == []
     for row in res.rows:
         samples = [json.loads(x) for x in (out / "m" / "cells" / row["cell"] / "samples.jsonl").read_text().splitlines()]
@@ -369,24 +375,24 @@ def test_a_metric_added_later_is_computed_from_the_stored_samples(tmp_path, monk
 
 def test_a_curve_given_later_is_taken_by_the_finished_cells(tmp_path, monkeypatch):
     out = tmp_path / "runs"
-    run_experiment(write(tmp_path, two_strategy("c")), out, wandb_mode="disabled", progress=False)
+    run_experiment(write(tmp_path, two_strategy("c")), out, quiet())
     doc = two_strategy("c")
     doc["strategies"][1]["curve"] = "fast curve"
     counter = Counter()
     monkeypatch.setattr(E, "evaluate_cell", counter)
-    res = run_experiment(write(tmp_path, doc), out, wandb_mode="disabled", progress=False)
+    res = run_experiment(write(tmp_path, doc), out, quiet())
     assert counter.calls == []  # presentation only: nothing decoded again
     assert {r["strategy"]: r["curve"] for r in res.rows} == {"sequential": "sequential", "fast": "fast curve"}
 
 
 def test_an_edited_strategy_is_a_new_cell(tmp_path, monkeypatch):
     out = tmp_path / "runs"
-    run_experiment(write(tmp_path, two_strategy("e")), out, wandb_mode="disabled", progress=False)
+    run_experiment(write(tmp_path, two_strategy("e")), out, quiet())
     doc = two_strategy("e")
     doc["strategies"][1]["params"]["threshold"] = 0.8
     counter = Counter()
     monkeypatch.setattr(E, "evaluate_cell", counter)
-    res = run_experiment(write(tmp_path, doc), out, wandb_mode="disabled", progress=False)
+    res = run_experiment(write(tmp_path, doc), out, quiet())
     assert len(counter.calls) == 1 and "fast" in counter.calls[0] and len(res.rows) == 2
 
 
@@ -405,7 +411,7 @@ def test_wandb_gets_the_config_and_one_log_per_cell(tmp_path, monkeypatch):
     fake.Table = lambda columns, data: {"columns": columns, "data": data}
     monkeypatch.setitem(sys.modules, "wandb", fake)
     doc = two_strategy("w")
-    run_experiment(write(tmp_path, doc), tmp_path / "runs", wandb_mode="offline", progress=False)
+    run_experiment(write(tmp_path, doc), tmp_path / "runs", quiet(wandb_mode="offline"))
     assert calls["init"]["mode"] == "offline" and calls["init"]["config"]["experiment"]["name"] == "w"
     assert calls["init"]["config"]["experiment"]["strategies"] == doc["strategies"]
     assert sum("cells_done" in d for d in calls["log"]) == 2 and calls["finished"]

@@ -15,7 +15,7 @@ from framework.engine.loop import decode
 from framework.learning.dagger import collect_on_policy
 from framework.learning.features import FEATURE_NAMES
 from framework.learning.nets import PolicyNet, WindowPolicyNet
-from framework.learning.options import NetTraining, RunLogging
+from framework.learning.options import DaggerVisit, NetTraining, RunLogging
 from framework.learning.policy import load_policy, save_policy
 from framework.learning.rl import bernoulli_log_prob, group_advantages, reinforce_loss, reward
 from framework.learning.rollouts import RolloutDataset, collect_rollouts
@@ -107,17 +107,20 @@ def test_dagger_labels_come_from_the_visited_states():
     state the reference continues with 2 at position 0, so DAgger labels 0's prediction 2 safe;
     labelled against the reference trajectory (which ends with pair A, 0 1), it would be unsafe."""
     model, cfg = CouplingDenoiser(), DecodeConfig(gen_length=4)
-    d = collect_on_policy(model, [[5]], RightToLeft(), cfg, states_per_rollout=4)
+    d = collect_on_policy(model, [[5]], RightToLeft(), cfg, visit=DaggerVisit.build(states_per_rollout=4))
     assert d.step.tolist() == [0, 0, 0, 0, 1, 1, 1, 2, 2, 3]
     assert d.position.tolist() == [0, 1, 2, 3, 0, 1, 2, 0, 1, 0]
     assert d.y.tolist() == [1, 0, 1, 1, 1, 0, 1, 1, 0, 1]
     off_policy = collect_rollouts(model, [[5]], cfg, rollout=RightToLeft())
     assert off_policy.y.tolist()[-1] == 0  # the reference trajectory's label for the same row
     # states_per_rollout keeps that many visited steps (seeded), all rows of each
-    few = collect_on_policy(model, [[5]], RightToLeft(), cfg, states_per_rollout=2, seed=3)
+    few = collect_on_policy(model, [[5]], RightToLeft(), cfg,
+                            visit=DaggerVisit.build(states_per_rollout=2, seed=3))
     assert len(set(few.step.tolist())) == 2
-    with pytest.raises(ValueError, match="states_per_rollout=0"):
-        collect_on_policy(model, [[5]], RightToLeft(), cfg, states_per_rollout=0)
+    with pytest.raises(ValueError, match="states_per_rollout=0 is out of range"):
+        collect_on_policy(model, [[5]], RightToLeft(), cfg, visit=DaggerVisit(states_per_rollout=0))
+    with pytest.raises(ValueError, match="states_per_rollout=0 is out of range"):
+        DaggerVisit.build(states_per_rollout=0)
 
 
 def test_decode_continues_from_an_initial_state():

@@ -12,6 +12,7 @@ from framework.engine.controller_io import build_controller
 from framework.engine.loop import decode
 from framework.learning.dagger import collect_on_policy
 from framework.learning.features import DEPENDENCE_FEATURES, FEATURE_NAMES, feature_matrix
+from framework.learning.options import DaggerVisit
 from framework.learning.policy import save_policy
 from framework.learning.rollouts import StepRecorder
 from framework.learning.set_labels import SetLabelError, collect_set_labelled, greedy_safe_set
@@ -91,7 +92,7 @@ def test_set_labels_separate_the_two_words_where_reference_labels_cannot():
     prompts, seeds = [[5]] * n, torch.arange(n)
     cfg = DecodeConfig(gen_length=G, block_length=G, temperature=1.0)
     seq = build_controller("sequential")
-    ref = collect_on_policy(toy, prompts, seq, cfg, seeds=seeds, states_per_rollout=G)
+    ref = collect_on_policy(toy, prompts, seq, cfg, seeds=seeds, visit=DaggerVisit.build(states_per_rollout=G))
     sets = collect_set_labelled(toy, prompts, seq, cfg, [check] * n, seeds=seeds)
     for data, first_rate, second_rate in ((ref, (0.35, 0.65), (0.35, 0.65)), (sets, (1.0, 1.0), (0.35, 0.65))):
         ranked = {0: [], 1: []}
