@@ -45,7 +45,7 @@ from typing import Optional, Sequence
 
 import torch
 
-from framework.core.params import Param
+from framework.core.params import Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.selection import select_topk
@@ -150,13 +150,25 @@ class FastDLLMv2SubBlock(Controller):
     block mask is the checkpoint's block size (the published decoding forwards use 32). The
     published loop stops a block whose first end-of-text has no mask before it, leaving the masks
     after it; here (with ``eos_stop``) they are committed as end-of-text in that step: the same
-    answer. The approximate sub-block cache (``use_block_cache``) is not a cache mode.
+    answer. The approximate sub-block cache (``use_block_cache``) is the loop option ``sub_block_cache``
+    (with ``cache=block``; equal to ``small_block_size`` when set), off by default.
     """
 
     def __init__(self, threshold: float = 0.9, small_block_size: int = 8, first_token_alone: bool = True) -> None:
         self.threshold = threshold
         self.small_block_size = small_block_size
         self.first_token_alone = first_token_alone
+
+    def reset(self, state: DecodeState) -> None:
+        """Validate; refuse a ``sub_block_cache`` other than ``small_block_size`` (the cache would run another
+        sub-block than the one this rule decodes, whose other slots carry older logits)."""
+        super().reset(state)
+        sub = getattr(state.config, "sub_block_cache", None)
+        if sub is not None and int(sub) != self.small_block_size:
+            raise ParameterError(f"sub_block_cache={sub} with fast_dllm_v2.small_block_size={self.small_block_size}: "
+                                 f"the sub-block cache runs sub-blocks of {sub} positions, this rule decodes "
+                                 f"sub-blocks of {self.small_block_size}; allowed: sub_block_cache="
+                                 f"{self.small_block_size} (or null: off)")
 
     def offset_in_block(self, f: StepFeatures, state: DecodeState) -> torch.Tensor:
         """Each slot's offset in its block ``[B, W]``: from the model's block start (a multiple of b on a

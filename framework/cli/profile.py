@@ -51,9 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(LLaDA2.0-mini's shapes), sdar (SDAR-1.7B's), fast_dllm_v2 (Fast-dLLM v2 1.5B's): "
                         "block-causal, their own blocks, cache none and block")
     p.add_argument("--batch", type=int, nargs="+", default=[1, 8], help="batch sizes (default: 1 8)")
-    p.add_argument("--cache", nargs="+", default=None, choices=["none", "prefix", "dual", "block"],
+    p.add_argument("--cache", nargs="+", default=None, choices=["none", "prefix", "dual", "block", "sub_block"],
                    help="cache modes (default: every mode of the arch: none prefix dual for llada, none block "
-                        "for a block-causal arch)")
+                        "for a block-causal arch; sub_block: block with Fast-dLLM v2's approximate sub-block "
+                        "cache, sub-blocks of 8)")
     p.add_argument("--temperature", type=float, nargs="+", default=[0.0, 1.0], help="temperatures (default: 0 1)")
     p.add_argument("--loops", nargs="+", default=["decode", "bare"], choices=["decode", "bare", "verify"],
                    help="what to time: decode (the framework's loop), bare (a hand-written block-only loop), "
@@ -187,7 +188,7 @@ def _check_arch_flags(args: argparse.Namespace) -> dict[str, Any]:
                        f"allowed: {block}")
     args.block_length = block
     args.layers = args.layers or BLOCK_ARCH_DEFAULT_LAYERS
-    _check_caches(args, ("none", "block"))
+    _check_caches(args, ("none", "block", "sub_block"), default=("none", "block"))
     return overrides
 
 
@@ -199,11 +200,11 @@ def _arch_block(arch: str) -> int:
     return int(config.get("block_size") or config["bd_size"])
 
 
-def _check_caches(args: argparse.Namespace, allowed: tuple[str, ...]) -> None:
-    """``--cache`` defaults to every mode in ``allowed``; any other fails naming them."""
+def _check_caches(args: argparse.Namespace, allowed: tuple[str, ...], default: tuple[str, ...] = ()) -> None:
+    """``--cache`` defaults to ``default`` (every mode in ``allowed`` if empty); any other fails naming them."""
     from framework.cli.errors import CLIError
 
-    args.cache = args.cache or list(allowed)
+    args.cache = args.cache or list(default or allowed)
     bad = [c for c in args.cache if c not in allowed]
     if bad:
         raise CLIError(f"--cache {' '.join(bad)} does not apply to --arch {args.arch}; allowed: {', '.join(allowed)}")

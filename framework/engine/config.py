@@ -16,7 +16,7 @@ LAYOUT_CACHE_MODES = {"full": ("none", "prefix", "dual"), "block-causal": ("none
 VERIFICATIONS = ("shadow", "probe")
 #: options added after results files began recording a settings hash, with the default that keeps the
 #: earlier behaviour: left out of that hash at this default, so earlier files still resume
-LATER_DEFAULTS = {"verification": "shadow", "eos_stop": None}
+LATER_DEFAULTS = {"verification": "shadow", "eos_stop": None, "sub_block_cache": None}
 #: options removed from the loop after results files began recording a settings hash, with the value
 #: those files recorded (the default then): put back into that hash, so earlier files still resume
 REMOVED_DEFAULTS = {"lookahead_budget": 64}
@@ -52,6 +52,13 @@ class DecodeConfig(Configurable):
             stores (no extra forward). Every forward counts as one NFE.
         cache_refresh: also refresh every this many steps inside a block too (``None`` = at block
             starts only, as Fast-dLLM; 1 = every step, which equals ``cache=none``).
+        sub_block_cache: Fast-dLLM v2's approximate sub-block cache (its ``use_block_cache``) on top of
+            ``cache='block'``, with sub-blocks of this many positions (dividing the model's block size);
+            ``None`` = off (the exact cache alone). Inside a block, the first sub-block with a masked
+            position runs alone against the block's keys and values frozen at the last full forward of
+            the block (the other positions keep that forward's logits) once the sub-block's first
+            position is decided; see :class:`framework.engine.denoise.CacheSession`. Approximate: the
+            tokens may differ from the exact decode's; the forwards are as many, each over s positions.
         remask_budget: revocable decoding: most re-masked tokens per sample over the whole decode
             (``None`` = ``gen_length``). Every step commits at least one masked position, so a
             sample takes at most ``gen_length + remask_budget`` steps.
@@ -75,6 +82,9 @@ class DecodeConfig(Configurable):
                        doc="KV cache: none | prefix | dual (Fast-dLLM) | block (exact, block-causal models)"),
         "cache_refresh": Param(int, low=1, nullable=True,
                                doc="refresh the cache every N steps in a block too; null = block starts only"),
+        "sub_block_cache": Param(int, low=1, nullable=True,
+                                 doc="with cache=block: Fast-dLLM v2's approximate sub-block cache, sub-blocks of "
+                                     "N positions (use_block_cache); null = off (exact)"),
         "remask_budget": Param(int, low=0, nullable=True,
                                doc="revocable decoding: most re-masks per sample; null = gen_length"),
         "remask_per_position": Param(int, low=0, doc="revocable decoding: most re-masks of one position"),
@@ -98,6 +108,7 @@ class DecodeConfig(Configurable):
         remask_per_position: int = 2,
         verification: str = "shadow",
         eos_stop: Optional[bool] = None,
+        sub_block_cache: Optional[int] = None,
     ) -> None:
         self.gen_length = gen_length
         self.block_length = block_length
@@ -111,6 +122,7 @@ class DecodeConfig(Configurable):
         self.remask_per_position = remask_per_position
         self.verification = verification
         self.eos_stop = eos_stop
+        self.sub_block_cache = sub_block_cache
         #: the canvas layout of the model this configuration decodes (set by :meth:`for_layout`)
         self.layout = "full"
 
@@ -142,6 +154,7 @@ class DecodeConfig(Configurable):
                 raise ParameterError(f"block_length={self.block_length} is not the block size this block-causal "
                                      f"model was trained with; allowed: {block_size} (or null for it)")
             out.block_length = int(block_size)
+            check_sub_block(self.sub_block_cache, int(block_size))
         out.validate()
         return out
 
@@ -150,6 +163,10 @@ class DecodeConfig(Configurable):
             self.warn_no_effect("cache_refresh", "cache='none' keeps no cache to refresh")
         if self.cache == "block" and self.cache_refresh is not None:
             self.warn_no_effect("cache_refresh", "cache='block' is exact: nothing to refresh")
+        if self.sub_block_cache is not None and self.cache != "block":
+            raise ParameterError(f"sub_block_cache={self.sub_block_cache} needs cache='block' (it freezes the current "
+                                 f"block's keys and values on top of the exact cache of a block-causal model's "
+                                 f"completed blocks), got cache={self.cache!r}; allowed with it: null (off)")
         bl = self.block_length
         if bl is not None and getattr(self, "layout", "full") == "full":
             if bl > self.gen_length or self.gen_length % bl != 0:
@@ -182,6 +199,15 @@ class DecodeConfig(Configurable):
     @property
     def num_blocks(self) -> int:
         return self.gen_length // self.effective_block_length
+
+
+def check_sub_block(sub_block: Optional[int], block_size: int) -> None:
+    """Refuse a sub-block length s that does not divide the model's block size b (Fast-dLLM v2 decodes
+    ``b // s`` sub-blocks; the positions past them would never be decoded)."""
+    if sub_block is not None and block_size % int(sub_block) != 0:
+        raise ParameterError(f"sub_block_cache={sub_block} does not divide the block size {block_size} this "
+                             f"block-causal model was trained with; allowed: "
+                             f"{', '.join(str(d) for d in _divisors(block_size))} (or null: off)")
 
 
 def _divisors(n: int) -> list[int]:

@@ -16,6 +16,9 @@ in a block (and every ``cache_refresh`` steps, if set) is a full forward that re
 and serves that step; ``prefix`` then queries the block and everything after it, ``dual`` the
 block only. Controllers never see any of it; every forward is one NFE for each row it serves. The
 session counts nothing: each call says which rows it refreshed (:class:`Served`), and the step counts.
+
+On a block-causal model ``cache='block'`` is the exact cache of completed blocks; ``sub_block_cache``
+adds Fast-dLLM v2's approximate sub-block cache on top of it (:meth:`CacheSession._serve_sub_blocks`).
 """
 
 from __future__ import annotations
@@ -85,15 +88,22 @@ class CacheSession:
         refresh: refresh every this many steps inside a block too (``None``: block starts only).
         batch: the decode call's batch size B (the cache holds one row per sample).
         block_size: a block-causal model's block size (``block`` mode's block alignment).
+        sub_block: ``block`` mode only: Fast-dLLM v2's approximate sub-block cache with sub-blocks of
+            this many positions (``DecodeConfig.sub_block_cache``); ``None`` = off.
     """
 
     def __init__(self, model: Any, mode: str, refresh: Optional[int], batch: int, device: torch.device,
-                 block_size: Optional[int] = None) -> None:
+                 block_size: Optional[int] = None, sub_block: Optional[int] = None) -> None:
         check_cache_support(model, mode)
         self.model, self.mode, self.refresh, self.block_size = model, mode, refresh, block_size
         self.cache: Any = None
         self.cached_block = torch.full((batch,), -1, dtype=torch.long, device=device)
         self.since = torch.zeros(batch, dtype=torch.long, device=device)
+        self.sub_block = sub_block if mode == "block" else None
+        #: per row, the block whose keys and values are frozen for its sub-blocks (-1: none yet)
+        self.frozen_block = torch.full((batch,), -1, dtype=torch.long, device=device)
+        #: ``[B, b, V]``: each block offset's logits from the last forward that gave them (sub-block cache)
+        self.latest: Optional[torch.Tensor] = None
 
     def serve(
         self, x: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, out_cols: torch.Tensor,
@@ -112,7 +122,8 @@ class CacheSession:
             return Served(window_logits(self.model, x[rows], attn[rows], out_cols), None, refreshed=none)
         due = self.cached_block[rows] != block_index
         if self.mode == "block":
-            return self._serve_block(x, attn, rows, out_cols, out_valid, block_index, lengths, due)
+            serve_block = self._serve_sub_blocks if self.sub_block else self._serve_block
+            return serve_block(x, attn, rows, out_cols, out_valid, block_index, lengths, due)
         if self.refresh is not None:
             due |= self.since[rows] >= self.refresh
         if self.cache is None:
@@ -179,6 +190,69 @@ class CacheSession:
         logits, _ = self._against_cache(x, attn, rows, out_cols, query, valid)
         self.cached_block[rows] = block_index
         return Served(logits, None, refreshed=torch.zeros_like(entering))
+
+    def _serve_sub_blocks(self, x, attn, rows, out_cols, out_valid, block_index, lengths, entering) -> Served:
+        """Fast-dLLM v2's approximate sub-block cache (``use_block_cache``; ``sub_block`` s) over the exact
+        cache of completed blocks. A row's current sub-block is the first one (s positions, aligned to
+        the model block's start) holding a masked slot. Once the row's block is frozen and that
+        sub-block's first position is decided, the sub-block runs alone: its keys and values written,
+        the rest of the block's as the last whole-block forward left them (Fast-dLLM v2's
+        ``block_past_key_values`` with ``replace_position``); the window's other slots keep the logits
+        of the last forward that gave them. Otherwise the block runs whole (:meth:`_serve_block`) and
+        is frozen when its first position is decided (Fast-dLLM v2 freezes a block in its first forward
+        after taking that token from the forward that stored the block before). ``refreshed``: the
+        rows that ran their whole block."""
+        mask_id = int(self.model.mask_token_id)
+        b, s = int(self.block_size), int(self.sub_block)  # type: ignore[arg-type]
+        start = (out_cols[:, 0] // b) * b  # each row's model block start
+        masked = (x[rows].gather(1, out_cols) == mask_id) & out_valid
+        sub = (out_cols - start[:, None]) // s
+        first = start + torch.where(masked, sub, torch.full_like(sub, b)).amin(1) * s  # the sub-block's start
+        decided = x[rows].gather(1, first.clamp(max=x.shape[1] - 1)[:, None])[:, 0] != mask_id
+        alone = masked.any(1) & decided & ~entering & (self.frozen_block[rows] == block_index)
+        if self.cache is None:
+            alone = torch.zeros_like(alone)
+        out: Optional[torch.Tensor] = None
+        for flag in (False, True):
+            pick = (alone == flag).nonzero().squeeze(1)
+            if pick.numel() == 0:
+                continue
+            if flag:
+                logits = self._sub_block_logits(x, attn, rows[pick], out_cols[pick], out_valid[pick], first[pick])
+            else:
+                logits = self._serve_block(x, attn, rows[pick], out_cols[pick], out_valid[pick], block_index[pick],
+                                           lengths[pick], entering[pick]).logits
+                head = x[rows[pick], start[pick]] != mask_id
+                self.frozen_block[rows[pick]] = torch.where(head, block_index[pick], -1)
+            if pick.numel() == rows.numel():
+                out = logits
+            else:
+                out = logits.new_empty((rows.numel(), *logits.shape[1:])) if out is None else out
+                out[pick] = logits
+            self._keep_latest(rows[pick], out_cols[pick], out_valid[pick], logits)
+        return Served(out, None, refreshed=~alone)  # type: ignore[arg-type]
+
+    def _sub_block_logits(self, x, attn, rows, out_cols, out_valid, first) -> torch.Tensor:
+        """Window logits ``[n, W, V]`` of rows whose current sub-block (from canvas column ``first``) runs
+        alone against the cache: fresh in the sub-block, the latest kept elsewhere."""
+        b, s = int(self.block_size), int(self.sub_block)  # type: ignore[arg-type]
+        end = torch.where(out_valid, out_cols, torch.zeros_like(out_cols)).amax(1) + 1
+        query = first[:, None] + torch.arange(s, device=x.device)[None, :]
+        valid = query < end[:, None]
+        query = torch.where(valid, query, (end - 1)[:, None].expand_as(query))  # ascending, pads last
+        fresh, _ = self._against_cache(x, attn, rows, query, query, valid)
+        j = out_cols - first[:, None]
+        inside = (j >= 0) & (j < s) & out_valid
+        fresh = fresh.gather(1, j.clamp(0, s - 1)[:, :, None].expand(-1, -1, fresh.shape[-1]))
+        return torch.where(inside[:, :, None], fresh, self.latest[rows[:, None], out_cols % b])  # type: ignore[index]
+
+    def _keep_latest(self, rows, out_cols, out_valid, logits) -> None:
+        """Store the real window slots' logits by block offset (``latest`` ``[B, b, V]``)."""
+        b = int(self.block_size)  # type: ignore[arg-type]
+        if self.latest is None:
+            self.latest = logits.new_zeros((self.cached_block.numel(), b, logits.shape[-1]))
+        r, j = out_valid.nonzero(as_tuple=True)
+        self.latest[rows[r], out_cols[r, j] % b] = logits[r, j]
 
     def _full(self, cache: Any, rows: torch.Tensor) -> Any:
         """A batch-sized cache from a subset's (only when the first refresh serves a subset)."""

@@ -198,7 +198,8 @@ def start_run(model: Any, prompts: Sequence[Sequence[int]], controller: Controll
     verifies = bool(getattr(controller, "verifies", False))
     return Run(model=model, controller=controller, config=config, lookahead=lookahead,
                session=CacheSession(model, config.cache, config.cache_refresh, B, device,
-                                       config.effective_block_length if config.block_causal else None), state=state,
+                                    config.effective_block_length if config.block_causal else None,
+                                    config.sub_block_cache), state=state,
                canvas=canvas, counters=counters, verifies=verifies,
                shadow_step=verifies and config.verification == "shadow" and supports_shadow(model),
                trace=trace, t_start=t_start)

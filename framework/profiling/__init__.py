@@ -116,7 +116,8 @@ def bare_loop(model: Any, prompts: Sequence[Sequence[int]], gen_length: int, blo
     t_start = synced_clock(device)
     x, attn, gen_start = layout(prompts, gen_length, model.mask_token_id, model.pad_token_id or 0, device)
     b = x.shape[0]
-    session = CacheSession(model, cache, None, b, device, _aligned_block_size(model, gen_start, block_length))
+    mode, sub = cache_mode(cache)
+    session = CacheSession(model, mode, None, b, device, _aligned_block_size(model, gen_start, block_length), sub)
     rows = torch.arange(b, device=device)
     lengths = gen_start + gen_length
     per_block = steps // (gen_length // block_length)
@@ -145,6 +146,16 @@ def bare_loop(model: Any, prompts: Sequence[Sequence[int]], gen_length: int, blo
             pick = conf.topk(k, dim=1).indices
             x.scatter_(1, cols.gather(1, pick), x0.gather(1, pick))
     return x, nfe, forward_s, synced_clock(device) - t_start
+
+
+#: the profile's label for ``cache='block'`` with Fast-dLLM v2's approximate sub-block cache
+#: (``sub_block_cache``, sub-blocks of :data:`SUB_BLOCK` positions, Fast-dLLM v2's ``small_block_size``)
+SUB_BLOCK_LABEL, SUB_BLOCK = "sub_block", 8
+
+
+def cache_mode(label: str) -> tuple[str, Optional[int]]:
+    """A profiled cache label as ``(DecodeConfig.cache, DecodeConfig.sub_block_cache)``."""
+    return ("block", SUB_BLOCK) if label == SUB_BLOCK_LABEL else (label, None)
 
 
 def _aligned_block_size(model: Any, gen_start: torch.Tensor, block_length: int) -> Optional[int]:
@@ -269,7 +280,8 @@ def _loop_fns(model: Any, prompts: list[list[int]], gen_length: int, block_lengt
     """Each profiled loop on ``prompts`` as a call returning ``(NFE, forward seconds, total seconds)``."""
     batch = len(prompts)
     block_causal = model_block_size(model) is not None  # eos_stop off: every run decodes every block (same NFE)
-    config = DecodeConfig(gen_length=gen_length, block_length=block_length, cache=cache,
+    mode, sub = cache_mode(cache)
+    config = DecodeConfig(gen_length=gen_length, block_length=block_length, cache=mode, sub_block_cache=sub,
                           temperature=temperature, **({"eos_stop": False} if block_causal else {}))
     controller = build_controller("llada", steps=steps)
 

@@ -35,6 +35,7 @@ architecture; the final norm's weight is scaled on both so that decisions are th
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,10 +180,10 @@ SDAR_CASES = [([5, 6, 7], 13), ([8, 9, 10, 11], 12), ([12, 13, 14, 15, 16, 17], 
 
 
 def run(den, prompts: list[list[int]], controller: str, G: int, cache: str = "none", trace: bool = False,
-        **params) -> DecodeResult:
+        sub_block_cache: int | None = None, **params) -> DecodeResult:
     """``decode`` with the named controller built from ``params``."""
-    return decode(den, prompts, build_controller(controller, **params), DecodeConfig(gen_length=G, cache=cache),
-                  trace=trace)
+    config = DecodeConfig(gen_length=G, cache=cache, sub_block_cache=sub_block_cache)
+    return decode(den, prompts, build_controller(controller, **params), config, trace=trace)
 
 
 @pytest.mark.parametrize("threshold, steps", [(0.85, SDAR_BS), (0.6, SDAR_BS), (0.6, 2), (0.3, 3), (0.99, 1)])
@@ -231,14 +232,30 @@ def stopped_in_block(x: torch.Tensor, start: int) -> bool:
     return bool(hits.numel()) and not bool((tail[: int(hits[0, 0])] == MASK).any())
 
 
-def fast_sub_block(ref, x: torch.Tensor, past: list, s: int, lo: int, hi: int, threshold: float, start: int) -> int:
+def fast_logits(ref, x: torch.Tensor, past: list, s: int, lo: int, hi: int, frozen) -> torch.Tensor:
+    """The shifted logits of offsets ``[lo, hi)`` of the block at ``s``: from a forward over the whole
+    block; with ``use_block_cache`` (``frozen``: the block's ``block_past_key_values``, a dict, emptied
+    at the block's start), a whole-block forward that (re)fills it while the block has none or the
+    sub-block's first position is masked, else the sub-block alone against it (``replace_position``)."""
+    B = x.shape[1] - s
+    if frozen is not None and frozen.get("kv") and x[0, s + lo] != MASK:
+        logits = FAM.fast_forward(ref, x[:, s + lo:s + hi], past, update_past_key_values=False, block_size=B,
+                                  block_cache=frozen, replace_position=lo)[0]
+        return torch.cat([logits[:1], logits[:-1]])  # the token shift (row lo is its own: decided, unread)
+    if frozen is not None:
+        frozen["kv"] = []
+    logits = FAM.fast_forward(ref, x[:, s:], past, update_past_key_values=False, block_size=B, block_cache=frozen)[0]
+    return torch.cat([logits[:1], logits[:-1]])[lo:hi]  # the token shift
+
+
+def fast_sub_block(ref, x: torch.Tensor, past: list, s: int, lo: int, hi: int, threshold: float, start: int,
+                   frozen=None) -> int:
     """Decode window offsets ``[lo, hi)`` of the block at ``s`` (in place) until they are decided or the
     in-block stop (checked from ``start``) ends the block; returns the forwards."""
-    nfe, B = 0, x.shape[1] - s
+    nfe = 0
     while (x[0, s + lo:s + hi] == MASK).any() and not stopped_in_block(x, start):
-        logits = FAM.fast_forward(ref, x[:, s:], past, update_past_key_values=False, block_size=B)[0]
+        logits = fast_logits(ref, x, past, s, lo, hi, frozen)
         nfe += 1
-        logits = torch.cat([logits[:1], logits[:-1]])[lo:hi]  # the token shift
         x1, p = greedy(logits)
         masked = x[0, s + lo:s + hi] == MASK
         conf = torch.where(masked, p, torch.tensor(float("-inf")))
@@ -249,26 +266,28 @@ def fast_sub_block(ref, x: torch.Tensor, past: list, s: int, lo: int, hi: int, t
     return nfe
 
 
-def fast_block(ref, x: torch.Tensor, past: list, block: int, small: int, threshold: float) -> tuple[torch.Tensor, int]:
+def fast_block(ref, x: torch.Tensor, past: list, block: int, small: int, threshold: float,
+               use_block_cache: bool = False) -> tuple[torch.Tensor, int]:
     """One block of Fast-dLLM v2's ``generate``: masks up to the block's end, its sub-blocks, then the
     store forward (and the next block's first token) unless the in-block stop ends it."""
     L0 = x.shape[1]  # the published ``prompt_length``: the stop is checked from here
     x = torch.cat([x, torch.full((1, block - L0 % block), MASK, dtype=torch.long)], 1)
     s, nfe = x.shape[1] - block, 0
+    frozen = {} if use_block_cache else None  # block_past_key_values = None at each block's start
     while not stopped_in_block(x, L0):
         if not (x[0, s:] == MASK).any():
             logits = FAM.fast_forward(ref, x[:, s:], past, update_past_key_values=True, block_size=block)[0]
             return torch.cat([x, greedy(logits[-1:])[0][None]], 1), nfe + 1
         for i in range(block // small):
-            nfe += fast_sub_block(ref, x, past, s, i * small, (i + 1) * small, threshold, L0)
+            nfe += fast_sub_block(ref, x, past, s, i * small, (i + 1) * small, threshold, L0, frozen)
     return x, nfe
 
 
 @torch.no_grad()
 def fast_generate(ref, prompt: list[int], *, gen_length: int, block: int = FAST_BS, small: int = 8,
-                  threshold: float = 0.9) -> Reference:
-    """Fast-dLLM v2's ``generate`` at temperature 0 (batch 1) without the sub-block cache, defects
-    fixed (module docstring)."""
+                  threshold: float = 0.9, use_block_cache: bool = False) -> Reference:
+    """Fast-dLLM v2's ``generate`` at temperature 0 (batch 1), defects fixed (module docstring); with
+    ``use_block_cache`` its approximate sub-block cache."""
     P, total = len(prompt), len(prompt) + gen_length
     assert total % block == 0, "the cases keep P + G a multiple of the block"
     x, past, nfe, blocks = torch.tensor([prompt]), [], 0, 0
@@ -279,7 +298,7 @@ def fast_generate(ref, prompt: list[int], *, gen_length: int, block: int = FAST_
         if P % block == 0:
             x = torch.cat([x, greedy(logits[-1:])[0][None]], 1)
     while x.shape[1] < total and not (x[0, P:] == FAST_EOS).any():
-        x, spent = fast_block(ref, x, past, block, small, threshold)
+        x, spent = fast_block(ref, x, past, block, small, threshold, use_block_cache)
         nfe, blocks = nfe + spent, blocks + 1
     return Reference(answer(x[0, P:total].tolist(), FAST_EOS), nfe, blocks)
 
@@ -330,17 +349,72 @@ def test_fast_dllm_v2_cases_exercise_every_path(fast):
     assert differences == {0, 1, 2}, "each term of the NFE relation occurs alone and together"
 
 
+# ------------------------------------------------------------------ Fast-dLLM v2's sub-block cache
+SUB_BLOCK_SETTINGS = [(0.9, 8), (0.9, 4), (0.6, 4), (0.3, 2), (1.0, 4), (1.0, 2)]
+
+
+@pytest.mark.parametrize("threshold, small", SUB_BLOCK_SETTINGS)
+def test_the_sub_block_cache_is_token_identical_to_generate_with_use_block_cache(fast, threshold, small):
+    """``cache='block', sub_block_cache=s``: the tokens of the published ``generate(use_block_cache=True)``
+    and its forwards (the same relation as without it). With the option off (the tests above) the
+    engine is the exact decode, unchanged."""
+    den, ref = fast
+    for prompt, G in FAST_CASES:
+        want = fast_generate(ref, prompt, gen_length=G, small=small, threshold=threshold, use_block_cache=True)
+        res = run(den, [prompt], "fast_dllm_v2", G, "block", sub_block_cache=small, threshold=threshold,
+                  small_block_size=small)
+        assert answer(res.generated[0].tolist(), FAST_EOS) == want.tokens, (prompt, threshold, small)
+        assert int(res.nfe[0]) == want.nfe - fast_nfe_difference(prompt, want), (prompt, threshold, small)
+
+
+def test_the_sub_block_cache_runs_sub_blocks_alone_and_is_approximate(fast):
+    """The cases exercise the approximation: forwards of a sub-block alone (``cache_refreshes`` counts
+    the whole-block ones, fewer than the forwards), and answers of the published cached ``generate`` that
+    differ from its exact one, which the engine's sub-block cache reproduces (test above)."""
+    den, ref = fast
+    alone = differ = 0
+    for threshold, small in ((0.9, 4), (0.6, 4)):
+        for prompt, G in FAST_CASES:
+            res = run(den, [prompt], "fast_dllm_v2", G, "block", sub_block_cache=small, threshold=threshold,
+                      small_block_size=small)
+            alone += int(res.nfe[0] - res.cache_refreshes[0])
+            cached = fast_generate(ref, prompt, gen_length=G, small=small, threshold=threshold, use_block_cache=True)
+            exact = fast_generate(ref, prompt, gen_length=G, small=small, threshold=threshold)
+            differ += int(cached.tokens != exact.tokens)
+    assert alone > 0 and differ > 0
+
+
+@pytest.mark.parametrize("cache, sub, small, named", [
+    ("none", 8, 8, "sub_block_cache=8 needs cache='block'"),
+    ("block", 3, 8, "sub_block_cache=3 does not divide the block size 8 this block-causal model was trained with; "
+                    "allowed: 1, 2, 4, 8 (or null: off)"),
+    ("block", 4, 8, "sub_block_cache=4 with fast_dllm_v2.small_block_size=8"),
+])
+def test_the_sub_block_cache_refuses_a_combination_before_any_forward(fast, monkeypatch, cache, sub, small, named):
+    from framework.core.params import ParameterError
+    from framework.models.arch import FastDLLMv2Model
+
+    def boom(self, *a, **k):
+        raise AssertionError("the model ran a forward")
+
+    monkeypatch.setattr(FastDLLMv2Model, "forward", boom)
+    with pytest.raises(ParameterError, match=re.escape(named)):
+        run(fast[0], [[5, 6, 7]], "fast_dllm_v2", 13, cache, sub_block_cache=sub, small_block_size=small)
+
+
 # ---------------------------------------------------------------------------------------- batches
 @pytest.mark.parametrize("family, controller, cases, params", [
     ("sdar", "sdar", SDAR_CASES, dict(threshold=0.6, steps=2)),
     ("fast", "fast_dllm_v2", FAST_CASES, dict(threshold=0.6, small_block_size=4)),
 ])
-@pytest.mark.parametrize("cache", ["none", "block"])
+@pytest.mark.parametrize("cache", ["none", "block", "block+sub"])
 def test_a_batch_of_ragged_prompts_equals_each_alone(request, family, controller, cases, params, cache):
     den, _ = request.getfixturevalue(family)
     prompts = [p for p, _ in cases]
-    batch = run(den, prompts, controller, 13, cache, **params)
+    sub = (params.get("small_block_size") or 2) if cache == "block+sub" else None  # SDAR's blocks of 4: s = 2
+    cache = cache.split("+")[0]
+    batch = run(den, prompts, controller, 13, cache, sub_block_cache=sub, **params)
     for i, p in enumerate(prompts):
-        alone = run(den, [p], controller, 13, cache, **params)
+        alone = run(den, [p], controller, 13, cache, sub_block_cache=sub, **params)
         assert batch.generated[i].tolist() == alone.generated[0].tolist()
         assert int(batch.nfe[i]) == int(alone.nfe[0])

@@ -25,8 +25,9 @@ no padding support; completed blocks are appended to a ``DynamicCache``
 (``update_past_key_values=True``). :class:`FastDLLMv2Model` is a
 :class:`~.block_causal.BlockCausalLM` with ``block_size = bd_size`` (mask, padding and the exact
 completed-block cache there; cache modes ``"none"`` and ``"block"``). Fast-dLLM v2's sub-block
-cache (``use_block_cache``: the block's keys/values frozen from the first forward of a sub-block)
-is an approximation and is not a cache mode here. Checkpoint names are Qwen2's (see :mod:`.sdar`'s
+cache (``use_block_cache``: a sub-block run alone against the block's keys/values frozen at the last
+whole-block forward) is an approximation: not a cache mode of the model, but the loop option
+``sub_block_cache`` on top of ``"block"``, off by default (:mod:`framework.engine.denoise`). Checkpoint names are Qwen2's (see :mod:`.sdar`'s
 table, without ``q_norm``/``k_norm``).
 """
 
