@@ -8,6 +8,8 @@ not in the wheel. Each is listed here and in docs/experiments.md ("One-off studi
   safe set of the model's predictions (the set-level bound beside the per-position oracle).
 * ``code_isolation``: the ``code`` metric's per-program isolation start-up and programs per second under
   each mechanism (docs/metrics.md).
+* ``sub_block_cache``: Fast-dLLM v2's approximate sub-block cache against the exact block cache on a tiny
+  checkpoint built from its config: tokens and answers that differ, forwards, query positions, time.
 
 The device check (``experiments/gpu_profile.sh``: ``tests/cuda``, then ``adec profile`` at the real
 shapes on a CUDA GPU) stays beside the configs, where the developers' guide names it.

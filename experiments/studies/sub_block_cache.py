@@ -7,8 +7,8 @@ The checkpoint is the test suite's (``tests/fixtures/real_format/families.py``: 
 embeddings, random weights, the final norm scaled by 40 so that threshold decisions vary), with
 ``bd_size`` = ``--block``. Run from the repository root::
 
-    python -m experiments.sub_block_cache --block 8 --small 2 4 --threshold 0.9 0.6
-    python -m experiments.sub_block_cache --block 32 --small 8 --threshold 0.9 --gen-length 64
+    python -m experiments.studies.sub_block_cache --block 8 --small 2 4 --threshold 0.9 0.6
+    python -m experiments.studies.sub_block_cache --block 32 --small 8 --threshold 0.9 --gen-length 64
 """
 
 from __future__ import annotations
