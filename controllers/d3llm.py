@@ -58,15 +58,14 @@ class D3LLM(Controller):
 
     The entropy here is the exact H in float32 (log-sum-exp less Σ p·z); d3LLM computes
     −Σ p log(p + 1e−12) in float64, a difference of about 1e−6 that matters only at H = τ. The mask
-    token is never a prediction here (the framework's rule for every decoder); d3LLM's LLaDA model
-    never predicts it either in practice, but its softmax includes it. At temperature > 0 d3LLM
+    token is never a prediction here (the framework's rule for every decoder); d3LLM's softmax and
+    argmax include it. At temperature > 0 d3LLM
     commits Gumbel samples at the threshold's positions but the plain argmax at the forced one; here
     every committed position takes the step's sample x0. Its ``remasking='random'`` variant (random
     numbers in place of entropies) is not implemented.
 
     d3LLM's Dream file (``d3llm_dream_generate_util.py``) differs: it commits ``H < τ`` (strict) and
-    has no global lowest-entropy commit, only the first block's; this follows the LLaDA file, which
-    the issue names.
+    has no global lowest-entropy commit, only the first block's; this follows the LLaDA file.
 
     Early stop (``early_stop=True`` in d3LLM's scripts): d3LLM turns every position after the first
     committed end-of-text into end-of-text, decided ones included, and stops. Here the loop's
