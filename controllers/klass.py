@@ -28,7 +28,8 @@ def step_kl(f: StepFeatures, state: DecodeState) -> torch.Tensor:
     if f.logits is None:
         raise RuntimeError("klass needs the window logits (features.logits), which this step did not keep")
     b, w, v = f.logits.shape
-    cap = max(w, state.config.effective_block_length)
+    multi_block = state.config.block_add_threshold not in (None, 1.0)  # the window may grow to G
+    cap = state.config.gen_length if multi_block else max(w, state.config.effective_block_length)
     mem = state.memory
     p = torch.softmax(f.logits.float(), -1)
     prev_p = mem.get("klass.p", torch.zeros((b, cap, v), device=p.device))
@@ -71,8 +72,8 @@ class KLASS(Controller):
     compares its first step with an all-zero distribution).
 
     The previous step's window distributions are kept in state.memory (one [B, W, V] float32
-    tensor, the size of the step's logits): the exact KL, not a top-k estimate. KLASS computes in
-    float64.
+    tensor, the size of the step's logits; [B, G, V] under multi-block decoding, whose window may
+    grow to G): the exact KL, not a top-k estimate. KLASS computes in float64.
 
     Defaults are KLASS's LLaDA GSM8K script (conf 0.6, KL 0.015, H = 2, steps = gen_length). At
     temperature > 0 KLASS computes p(x0) and the KL from softmax of its Gumbel-noised,

@@ -16,7 +16,8 @@ LAYOUT_CACHE_MODES = {"full": ("none", "prefix", "dual"), "block-causal": ("none
 VERIFICATIONS = ("shadow", "probe")
 #: options added after results files began recording a settings hash, with the default that keeps the
 #: earlier behaviour: left out of that hash at this default, so earlier files still resume
-LATER_DEFAULTS = {"verification": "shadow", "eos_stop": None, "sub_block_cache": None}
+LATER_DEFAULTS = {"verification": "shadow", "eos_stop": None, "sub_block_cache": None,
+                  "block_add_threshold": None}
 #: options removed from the loop after results files began recording a settings hash, with the value
 #: those files recorded (the default then): put back into that hash, so earlier files still resume
 REMOVED_DEFAULTS = {"lookahead_budget": 64}
@@ -69,6 +70,14 @@ class DecodeConfig(Configurable):
         eos_stop: a row ends after a block that contains end-of-text (its remaining positions
             become end-of-text, never decoded), as LLaDA2.0's ``generate`` does; ``None`` = on for
             block-causal models, off for full-attention ones.
+        block_add_threshold: multi-block decoding (d3LLM's ``generate_multi_block``): several blocks
+            active at once; the next block joins the window when the last active one is at least this
+            fraction decided (1 − masked / length ≥ it), at most one a step, and at once when the last
+            one is decided. The window spans the active blocks, from the first with a masked position
+            (features' ``block_of`` says which block a slot is in). 1.0 = one block at a time, today's
+            decoding; ``None`` = the controller's ``default_block_add_threshold`` (``d3llm``: 0.1, as
+            d3LLM's scripts), else one block at a time. No effect with a single block (``block_length``
+            unset or equal to G).
     """
 
     params = {
@@ -92,6 +101,9 @@ class DecodeConfig(Configurable):
                               doc="verify_prob by WINO's shadow block (one forward) or exact probes (one a slot)"),
         "eos_stop": Param(bool, nullable=True,
                           doc="end a row after a block containing end-of-text; null = on for block-causal models"),
+        "block_add_threshold": Param(float, low=0.0, high=1.0, nullable=True,
+                                     doc="multi-block: open the next block when the last active one is this "
+                                         "fraction decided; 1 = one block at a time; null = the controller's default"),
     }
 
     def __init__(
@@ -109,6 +121,7 @@ class DecodeConfig(Configurable):
         verification: str = "shadow",
         eos_stop: Optional[bool] = None,
         sub_block_cache: Optional[int] = None,
+        block_add_threshold: Optional[float] = None,
     ) -> None:
         self.gen_length = gen_length
         self.block_length = block_length
@@ -123,6 +136,7 @@ class DecodeConfig(Configurable):
         self.verification = verification
         self.eos_stop = eos_stop
         self.sub_block_cache = sub_block_cache
+        self.block_add_threshold = block_add_threshold
         #: the canvas layout of the model this configuration decodes (set by :meth:`for_layout`)
         self.layout = "full"
 
@@ -168,6 +182,8 @@ class DecodeConfig(Configurable):
                                  f"block's keys and values on top of the exact cache of a block-causal model's "
                                  f"completed blocks), got cache={self.cache!r}; allowed with it: null (off)")
         bl = self.block_length
+        if self.block_add_threshold is not None and (bl is None or bl >= self.gen_length):
+            self.warn_no_effect("block_add_threshold", "the generation is one block (block_length unset or = G)")
         if bl is not None and getattr(self, "layout", "full") == "full":
             if bl > self.gen_length or self.gen_length % bl != 0:
                 raise ParameterError(

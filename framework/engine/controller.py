@@ -128,6 +128,9 @@ class Controller(Configurable):
     #: where this implementation of a published decoder differs from the published code, and why
     #: (and defects found in that code); ``adec list --markdown`` prints it under the parameters
     differences: ClassVar[str] = ""
+    #: multi-block decoding by default: the loop's ``block_add_threshold`` when the configuration
+    #: leaves it ``None`` (d3LLM's rule sets 0.1); ``None`` = one block at a time
+    default_block_add_threshold: ClassVar[Optional[float]] = None
 
     def reset(self, state: DecodeState) -> None:
         """Called once per decode call, before the first step. Default: validate, no memory."""

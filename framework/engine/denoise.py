@@ -104,6 +104,8 @@ class CacheSession:
         self.frozen_block = torch.full((batch,), -1, dtype=torch.long, device=device)
         #: ``[B, b, V]``: each block offset's logits from the last forward that gave them (sub-block cache)
         self.latest: Optional[torch.Tensor] = None
+        #: ``block`` mode: each row's window start column at its last forward (−1 before the first)
+        self.served_from = torch.full((batch,), -1, dtype=torch.long, device=device)
 
     def serve(
         self, x: torch.Tensor, attn: torch.Tensor, rows: torch.Tensor, out_cols: torch.Tensor,
@@ -172,16 +174,22 @@ class CacheSession:
 
     def _serve_block(self, x, attn, rows, out_cols, out_valid, block_index, lengths, entering):
         """The exact cache of completed blocks (``cache='block'``, block-causal models): the first
-        forward builds the cache over the whole canvas; every later one runs the rows' current block
-        (from its start at a multiple of the block size: the prompt's part of a shared block
-        included) against it, and on a row's first step in a block also the block before it, so the
-        final tokens of that block are stored by this forward (no extra forward, nothing stale)."""
+        forward builds the cache over the whole canvas; every later one runs the rows' window (from
+        its start at a multiple of the block size: the prompt's part of a shared block included)
+        against it, and on a row's first step in a block also every block since its last forward's
+        window start (the block before, or several when multi-block decoding finished more than one
+        at once), so the final tokens of those blocks are stored by this forward (no extra forward,
+        nothing stale)."""
+        b = int(self.block_size)
         if self.cache is None:
             logits, _ = self._refresh(x, attn, rows, out_cols, block_index)
+            self.served_from[rows] = out_cols[:, 0]
             return Served(logits, None, refreshed=torch.ones_like(entering))
-        b = int(self.block_size)
         start = (out_cols[:, 0] // b) * b
-        start = torch.where(entering, (start - b).clamp(min=0), start)
+        before = self.served_from[rows]
+        before = torch.where(before >= 0, (before // b) * b, (start - b).clamp(min=0))
+        start = torch.where(entering, torch.minimum(before, start), start)
+        self.served_from[rows] = out_cols[:, 0]
         end = torch.where(out_valid, out_cols, torch.zeros_like(out_cols)).amax(1) + 1
         span = int((end - start).max())
         query = start[:, None] + torch.arange(span, device=x.device)[None, :]

@@ -13,7 +13,8 @@ For every position the step computes, from the denoiser's logits:
 * position features: ``position`` (index in the generation), ``position_in_block`` in [0, 1),
 * progress features: ``frac_masked`` and ``progress`` per sample.
 
-``eligible`` marks what may be committed now: still masked and inside the current block.
+``eligible`` marks what may be committed now: still masked and inside the current block (with
+multi-block decoding, inside any active block; ``block_of`` says which).
 
 Every per-position tensor covers the step's **window** ``[B, W]``: each row's current block,
 gathered per row by the loop (``window_index`` holds each slot's canvas column, ``position`` its
@@ -69,6 +70,9 @@ class StepFeatures:
     #: with it: the largest probability of any token at those slots with the slot hidden (the
     #: shadow's favourite), NaN elsewhere, ``[B, W]``; equals ``verify_prob`` where the token is it
     verify_top_prob: Optional[torch.Tensor] = None
+    #: the block each slot is in, relative to the row's first active block (0, 1, …), ``[B, W]``;
+    #: all 0 unless multi-block decoding (``block_add_threshold``) keeps several blocks active
+    block_of: Optional[torch.Tensor] = None
 
     @property
     def progress(self) -> torch.Tensor:
@@ -182,6 +186,7 @@ def compute_features(
     keep_logits: bool = True,
     window_index: Optional[torch.Tensor] = None,
     n_masked: Optional[torch.Tensor] = None,
+    block_of: Optional[torch.Tensor] = None,
 ) -> StepFeatures:
     """Build :class:`StepFeatures` from the window's logits ``[B, W, V]``.
 
@@ -189,7 +194,8 @@ def compute_features(
     loop); every per-position argument is ``[B, W]`` in the same order. ``window_index`` gives
     each slot's canvas column (default: the identity, a window that is the whole canvas) and
     ``n_masked`` the row's masked generation positions outside the window too (default: those in
-    it). At ``temperature > 0`` the prediction is a sample of ``softmax(logits / T)``
+    it) and ``block_of`` each slot's block relative to the first active one (default 0: the window is
+    one block; ``block_start``/``block_end`` bound the whole window either way). At ``temperature > 0`` the prediction is a sample of ``softmax(logits / T)``
     (:func:`sample_tokens`) and ``confidence = p(x0)`` under the un-tempered softmax, as LLaDA does.
     """
     x0, confidence, stats = _predictions(logits, temperature, seeds, step, rel)
@@ -198,12 +204,14 @@ def compute_features(
     n_masked = masked.sum(1) if n_masked is None else n_masked
     if window_index is None:
         window_index = torch.arange(x0.shape[1], device=x0.device).expand_as(x0)
+    if block_of is None:
+        block_of = torch.zeros_like(x0)
     return StepFeatures(
         x0=x0, confidence=confidence, eligible=eligible, masked=masked, position=rel,
         position_in_block=pos_in_block, frac_masked=n_masked.float() / float(gen_length), step=step,
         block_step=block_step, block_index=block_index, block_start=block_start, block_end=block_end,
         block_masked_at_start=block_masked_at_start, n_eligible=eligible.sum(1), window_index=window_index,
-        logits=logits if keep_logits else None, **stats,
+        logits=logits if keep_logits else None, block_of=block_of, **stats,
     )
 
 

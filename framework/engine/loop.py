@@ -31,17 +31,24 @@ NFE is counted once per step (:func:`framework.engine.step.charge`): the forward
 return the forwards they ran (their ``Cost``), per sample, and nothing else adds to the counts.
 
 A block finishes when none of its positions is masked; the next starts where it ended, with the
-controller's ``next_block_length`` if it gave one (CadLLM-style adaptive blocks).
+controller's ``next_block_length`` if it gave one (CadLLM-style adaptive blocks). Multi-block
+decoding (d3LLM; ``block_add_threshold``): the next block also opens while the last active one is
+still being decoded, once it is that fraction decided, and the window spans every active block,
+from the first with a masked position; ``features.block_of`` says which block a slot is in. The
+KV cache works unchanged on that window: ``prefix`` refreshes when the first active block changes
+and then runs the window and everything after it, ``dual`` the window only, ``block`` (block-causal
+models) re-runs every block since the last window's first one, so it stays exact.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 import torch
 
 from framework.core.measure import answer_lengths, synced_clock
+from framework.core.params import ParameterError
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller, DecodeState, stay_limit_of
@@ -202,7 +209,20 @@ def start_run(model: Any, prompts: Sequence[Sequence[int]], controller: Controll
                                     config.sub_block_cache), state=state,
                canvas=canvas, counters=counters, verifies=verifies,
                shadow_step=verifies and config.verification == "shadow" and supports_shadow(model),
-               trace=trace, t_start=t_start)
+               trace=trace, t_start=t_start, block_add=block_add_threshold(config, controller))
+
+
+def block_add_threshold(config: DecodeConfig, controller: Controller) -> Optional[float]:
+    """Multi-block decoding's threshold: ``config.block_add_threshold``, else the controller's
+    ``default_block_add_threshold`` (``None``: one block at a time; 1.0 decodes the same)."""
+    default = getattr(controller, "default_block_add_threshold", None)
+    value = config.block_add_threshold if config.block_add_threshold is not None else default
+    if value is not None and value < 1.0 and config.sub_block_cache is not None:
+        raise ParameterError(
+            f"sub_block_cache={config.sub_block_cache} freezes one block's keys while multi-block decoding "
+            f"(block_add_threshold={value}{'' if config.block_add_threshold is not None else ', the default of ' + controller.display_name()}) "
+            f"keeps several blocks open; allowed: one of them (block_add_threshold=1.0, or sub_block_cache=null)")
+    return None if value is None else float(value)
 
 
 def make_canvas(prompts: Sequence[Sequence[int]], gen_length: int, mask_id: int, pad_id: int,

@@ -3,7 +3,8 @@
 :func:`framework.engine.loop.decode` runs, every step, on a :class:`Run` (what the call holds):
 
 1. :func:`gather_window` -> :class:`Window`: the unfinished rows and each one's current block
-   (advancing finished blocks), as ``[b, W]`` canvas columns;
+   (advancing finished blocks), as ``[b, W]`` canvas columns; with multi-block decoding
+   (``block_add_threshold``) every active block from the current one on (:func:`advance_blocks`);
 2. :func:`forward` -> :class:`Forward`: the window logits, through the KV cache session; with a
    verifying controller also the shadow block (WINO) or exact probes; rows whose forward the previous
    step's lookahead already ran on this very canvas (its :class:`Handoff`) reuse it;
@@ -64,7 +65,10 @@ class Counters:
     """Per-sample progress ``[B]``: the figures of :class:`~framework.engine.loop.DecodeResult` (the
     forwards ``nfe``, ``lookahead_nfe`` and ``cache_refreshes`` written by :func:`charge` only) and the
     semi-autoregressive block each row is in (``block_start``/``block_end`` relative to the generation,
-    ``next_len`` the next block's length, ``block_masked_at_start`` its masked positions when it began)."""
+    ``next_len`` the next block's length, ``block_masked_at_start`` its masked positions when it began).
+    The active blocks run from the current one to ``active_end``; the last begins at ``last_start`` and
+    has index ``last_index``; ``block_of`` ``[B, G]`` is each generation position's block index (−1
+    before its block opens). One block at a time: ``active_end = block_end``, ``last_start = block_start``."""
 
     nfe: torch.Tensor
     steps: torch.Tensor
@@ -83,6 +87,10 @@ class Counters:
     block_end: torch.Tensor
     next_len: torch.Tensor
     block_masked_at_start: torch.Tensor
+    active_end: torch.Tensor
+    last_start: torch.Tensor
+    last_index: torch.Tensor
+    block_of: torch.Tensor
 
     @classmethod
     def start(cls, batch: int, block_length: int, gen_length: int, device: torch.device,
@@ -92,11 +100,14 @@ class Counters:
         zeros = lambda: torch.zeros(batch, dtype=torch.long, device=device)  # noqa: E731
         next_len = torch.full((batch,), block_length, dtype=torch.long, device=device)
         end = next_len.clone().clamp(max=gen_length) if first_end is None else first_end.to(device).long()
+        pos = torch.arange(gen_length, device=device)[None, :]
+        block_of = torch.where(pos < end[:, None], 0, -1).expand(batch, gen_length).clone()
         return cls(nfe=zeros(), steps=zeros(), block_step=zeros(), block_index=zeros(), forced=zeros(),
                    lookahead_nfe=zeros(), remasks=zeros(), edits=zeros(), stay=zeros().bool(), stay_steps=zeros(),
                    escalations=zeros(), fallbacks=zeros(),
                    cache_refreshes=zeros(), block_start=zeros(), block_end=end, next_len=next_len,
-                   block_masked_at_start=zeros())
+                   block_masked_at_start=zeros(), active_end=end.clone(), last_start=zeros(), last_index=zeros(),
+                   block_of=block_of)
 
 
 @dataclass
@@ -114,6 +125,7 @@ class Run:
     verifies: bool
     shadow_step: bool  # the shadow block rides in the step's own forward (verification='shadow')
     trace: bool
+    block_add: Optional[float]  # multi-block decoding's threshold (None: one block at a time)
     t_start: float
     forward_seconds: float = 0.0
     records: list[dict[str, Any]] = field(default_factory=list)
@@ -128,8 +140,9 @@ class Window:
     """The rows decided this step (``rows`` ``[b]``; ``full`` when all B are) and their current blocks
     as window slots ``[b, W]``: canvas ``cols``, generation positions ``rel``, ``valid`` (inside the
     row's block; pad slots repeat the last column), current ``tokens``, ``eligible`` (masked and valid),
-    ``revocable`` (decided by this decode). ``canvas`` is the rows' ``[b, L]`` tokens (the batch's own
-    tensor when ``full``), ``n_masked`` their masked generation positions."""
+    ``revocable`` (decided by this decode), ``block_of`` (the slot's block relative to the row's first
+    active block: 0, 1, …; multi-block decoding). ``canvas`` is the rows' ``[b, L]`` tokens (the batch's
+    own tensor when ``full``), ``n_masked`` their masked generation positions."""
 
     rows: torch.Tensor
     full: bool
@@ -143,6 +156,7 @@ class Window:
     revocable: torch.Tensor
     canvas: torch.Tensor
     n_masked: torch.Tensor
+    block_of: torch.Tensor
 
     def sub(self, t: torch.Tensor) -> torch.Tensor:
         """``t`` ``[B, …]`` at the window's rows (``t`` itself when every row is decided)."""
@@ -249,21 +263,53 @@ class StepOutcome:
     remasked: Optional[tuple[torch.Tensor, torch.Tensor]] = None
 
 
+def _masked_in(masked: torch.Tensor, rel: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor) -> torch.Tensor:
+    """Masked positions per row ``[B]`` in the generation span ``[lo, hi)``."""
+    return (masked & (rel >= lo[:, None]) & (rel < hi[:, None])).sum(1)
+
+
+def open_blocks(c: Counters, which: torch.Tensor, gen_length: int) -> None:
+    """Open the next block after the last active one in rows ``which`` ``[B]`` (in place): it begins
+    at ``active_end`` and is ``next_len`` long (clamped to the generation)."""
+    new_end = (c.active_end + c.next_len).clamp(max=gen_length)
+    pos = torch.arange(gen_length, device=which.device)[None, :]
+    span = which[:, None] & (pos >= c.active_end[:, None]) & (pos < new_end[:, None])
+    c.block_of = torch.where(span, (c.last_index + 1)[:, None], c.block_of)
+    c.last_start = torch.where(which, c.active_end, c.last_start)
+    c.last_index = c.last_index + which.long()
+    c.active_end = torch.where(which, new_end, c.active_end)
+
+
 def advance_blocks(c: Counters, masked: torch.Tensor, rel: torch.Tensor, unfinished: torch.Tensor,
-                   gen_length: int) -> None:
-    """Move every unfinished row whose block has no masked position to its next block (in place)."""
-    in_block = masked & (rel >= c.block_start[:, None]) & (rel < c.block_end[:, None])
-    for _ in range(gen_length):
-        need = unfinished & ~in_block.any(1)
-        if not need.any():
+                   gen_length: int, block_add: Optional[float] = None) -> None:
+    """Open and leave blocks (in place), for every unfinished row.
+
+    Multi-block decoding (``block_add`` = d3LLM's ``block_add_threshold``): the next block opens when
+    the last active one is at least that fraction decided, ``1 − masked/length ≥ block_add`` (one
+    such opening a step, as d3LLM adds one block an iteration). Then, as one block at a time does:
+    a decided last block opens the next, and a decided current block gives way to the next active
+    one (its step counters restart), until the current block has a masked position.
+    """
+    if block_add is not None:
+        left = _masked_in(masked, rel, c.last_start, c.active_end)
+        size = (c.active_end - c.last_start).clamp(min=1)
+        far = 1.0 - left.double() / size.double() >= block_add
+        open_blocks(c, unfinished & (left > 0) & far & (c.active_end < gen_length), gen_length)
+    for _ in range(2 * gen_length + 1):
+        last_done = _masked_in(masked, rel, c.last_start, c.active_end) == 0
+        opening = unfinished & last_done & (c.active_end < gen_length)
+        open_blocks(c, opening, gen_length)
+        need = unfinished & (_masked_in(masked, rel, c.block_start, c.block_end) == 0) & (c.block_end < c.active_end)
+        if not (need.any() or opening.any()):
             return
+        nxt = ((c.block_of >= 0) & (c.block_of <= (c.block_index + 1)[:, None])).sum(1)
         c.block_start = torch.where(need, c.block_end, c.block_start)
-        c.block_end = torch.where(need, (c.block_end + c.next_len).clamp(max=gen_length), c.block_end)
+        c.block_end = torch.where(need, nxt, c.block_end)
         c.block_index = c.block_index + need.long()
         c.block_step = torch.where(need, torch.zeros_like(c.block_step), c.block_step)
         c.stay_steps = torch.where(need, torch.zeros_like(c.stay_steps), c.stay_steps)
-        in_block = masked & (rel >= c.block_start[:, None]) & (rel < c.block_end[:, None])
-        c.block_masked_at_start = torch.where(need, in_block.sum(1), c.block_masked_at_start)
+        c.block_masked_at_start = torch.where(need, _masked_in(masked, rel, c.block_start, c.block_end),
+                                              c.block_masked_at_start)
 
 
 def stop_after_eos_blocks(run: Run, masked: torch.Tensor) -> torch.Tensor:
@@ -290,11 +336,11 @@ def gather_window(run: Run) -> Optional[Window]:
     unfinished = (n_masked > 0) | c.stay  # a row the controller keeps in its block for editing too
     if not unfinished.any():
         return None
-    advance_blocks(c, masked, cv.rel, unfinished & ~c.stay, run.config.gen_length)
+    advance_blocks(c, masked, cv.rel, unfinished & ~c.stay, run.config.gen_length, run.block_add)
     rows = unfinished.nonzero().squeeze(1)
     full = rows.numel() == cv.x.shape[0]
     sub = (lambda t: t) if full else (lambda t: t[rows])  # noqa: E731
-    start, length = sub(c.block_start), sub(c.block_end - c.block_start)
+    start, length = sub(c.block_start), sub(c.active_end - c.block_start)
     slot = torch.arange(int(length.max()), device=cv.x.device)[None, :]
     valid = slot < length[:, None]
     rel = start[:, None] + torch.minimum(slot, (length - 1)[:, None])  # pad slots repeat the last column
@@ -304,7 +350,8 @@ def gather_window(run: Run) -> Optional[Window]:
     return Window(rows=rows, full=full, start=start, length=length, cols=cols, rel=rel, valid=valid,
                   tokens=tokens, eligible=(tokens == run.mask_id) & valid,
                   revocable=sub(cv.revocable).gather(1, cols) & valid & (tokens != run.mask_id),
-                  canvas=xs, n_masked=sub(n_masked))
+                  canvas=xs, n_masked=sub(n_masked),
+                  block_of=sub(c.block_of).gather(1, rel) - sub(c.block_index)[:, None])
 
 
 def step(run: Run, w: Window, handoff: Handoff) -> Handoff:
@@ -370,10 +417,10 @@ def features(run: Run, w: Window, fwd: Forward) -> StepFeatures:
     c = run.counters
     feats = compute_features(
         fwd.logits, eligible=w.eligible, masked=w.eligible, rel=w.rel, gen_length=run.config.gen_length,
-        block_start=w.start, block_end=w.sub(c.block_end), block_index=w.sub(c.block_index),
+        block_start=w.start, block_end=w.start + w.length, block_index=w.sub(c.block_index),
         block_masked_at_start=w.sub(c.block_masked_at_start), step=w.sub(c.steps),
         block_step=w.sub(c.block_step), temperature=run.config.temperature, seeds=w.sub(run.state.seeds),
-        window_index=w.cols, n_masked=w.n_masked,
+        window_index=w.cols, n_masked=w.n_masked, block_of=w.block_of,
     )
     feats.revocable = w.revocable
     if fwd.shadow is not None:
@@ -507,7 +554,8 @@ def record(run: Run, w: Window, decision: Decision, out: StepOutcome) -> None:
     canvas_commit = torch.zeros(n, L, dtype=torch.bool, device=w.rows.device)
     canvas_commit[out.commit_rows, w.cols[out.commit_rows, out.commit_slots]] = True
     rec = {"rows": w.rows.cpu(), "commits": out.commit.sum(1).cpu(), "commit": canvas_commit.cpu(),
-           "block_start": w.start.cpu(), "block_end": w.sub(run.counters.block_end).cpu()}
+           "block_start": w.start.cpu(), "block_end": w.sub(run.counters.block_end).cpu(),
+           "active_end": (w.start + w.length).cpu()}
     if out.remasked is not None:
         canvas_rm = torch.zeros(n, L, dtype=torch.bool, device=w.rows.device)
         canvas_rm[out.remasked] = True

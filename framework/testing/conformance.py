@@ -47,6 +47,10 @@ The checks (:func:`controller_checks` yields them in this order), all on small t
                           last partial blocks are shared): a ragged batch equals single runs, no step
                           is forced, nothing stays masked, and the exact block cache decodes exactly
                           as no cache (tokens and NFE), greedy and sampled.
+``multi_block_window``    multi-block decoding (``block_add_threshold=0.5``, blocks of 2, so up to four
+                          blocks are active at once) under every cache mode, greedy and sampled: no
+                          step is forced, commits ⊆ eligible, nothing stays masked, a ragged batch
+                          equals single runs.
 ``shadow_verification``   a controller that declares ``verifies``, on a 2-layer tiny transformer with
                           WINO's shadow block under every cache mode: one forward a step (NFE =
                           steps), a ragged batch equals single runs, decoding finishes.
@@ -430,6 +434,25 @@ def check_block_causal_canvas(cls_or_name: Any) -> None:
                        f"completed blocks is exact")
 
 
+def check_multi_block_window(cls_or_name: Any) -> None:
+    """With several blocks active (multi-block decoding) under every cache mode: progress, commits ⊆
+    eligible, nothing left masked, batch invariance."""
+    cls = resolve_controller(cls_or_name)
+    model = context_toy()
+    for base in harness_configs(block_length=2):
+        config = DecodeConfig(**{**base.get_params(), "block_add_threshold": 0.5})
+        batch, spy = run_recorded(make_controller(cls), model, PROMPTS, config, SEEDS)
+        problems = spy.problems["subset"] + spy.problems["progress"] + spy.problems["fields"]
+        if problems or int(batch.forced.sum()) or (batch.generated == model.mask_token_id).any():
+            fail_check(f"with several active blocks, {config!r}: forced={batch.forced.tolist()}, output "
+                       f"{batch.generated.tolist()}; " + "; ".join(problems))
+        for i, (prompt, seed) in enumerate(zip(PROMPTS, SEEDS)):
+            single, _ = run_recorded(make_controller(cls), model, [prompt], config, [seed])
+            if not same_row(batch, i, single, 0):
+                fail_check(f"with several active blocks, {config!r}, prompt {list(prompt)} alone gives "
+                           f"{describe_row(single, 0)} but {describe_row(batch, i)} as row {i} of a batch")
+
+
 CHECKS: tuple[tuple[str, Check], ...] = (
     ("params_declared", check_params_declared),
     ("param_validation", check_param_validation),
@@ -444,6 +467,7 @@ CHECKS: tuple[tuple[str, Check], ...] = (
     ("semi_ar_blocks", check_semi_ar_blocks),
     ("revocable_bounds", check_revocable_bounds),
     ("block_causal_canvas", check_block_causal_canvas),
+    ("multi_block_window", check_multi_block_window),
     ("shadow_verification", check_shadow_verification),
 )
 

@@ -190,6 +190,7 @@ def controller_fill(controller: Any, logits: torch.Tensor, still: torch.Tensor, 
         block_index=f.block_index[src], block_masked_at_start=f.block_masked_at_start[src],
         step=f.step[src] + t + 1, block_step=f.block_step[src] + t + 1, temperature=state.config.temperature,
         seeds=state.seeds[src], window_index=window_index(f)[src],
+        block_of=None if f.block_of is None else f.block_of[src],
     )
     sub = state.rows(src)
     sub.context.canvas = win
