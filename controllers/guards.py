@@ -153,7 +153,7 @@ class NumberGuard(Wrapper):
         return marked
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
-        d = self.inner_controller().decide(f, state)
+        d = self.wrapped().decide(f, state)
         commit = d.commit & f.eligible
         spans = segment_ids(self.number_positions(f, state))
         if self.order == "left_to_right":
@@ -241,7 +241,7 @@ class ComplianceEntropy(Wrapper):
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         pen = self.penalty(f, state)
         entropy = torch.where(f.eligible, f.entropy + self.weight * pen, f.entropy)
-        d = self.inner_controller().decide(dataclasses.replace(f, entropy=entropy), state)
+        d = self.wrapped().decide(dataclasses.replace(f, entropy=entropy), state)
         info = dict(d.info)
         info["penalised"] = (pen > 0).sum(1)
         return dataclasses.replace(d, info=info)

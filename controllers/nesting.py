@@ -1,16 +1,35 @@
-"""Controllers built from other controllers, declared with :class:`~framework.core.params.ControllerSpec`.
+"""The one way to build a controller from others: :class:`Composite`.
 
-* :class:`Composite` (``confidence_ladder``, ``switch``, ``hybrid``, ``compose``): every nested
-  controller is a :class:`Child` that keeps its state in ``state.memory`` under the prefix
-  ``"<owner>/<slot>/"`` (e.g. ``hybrid/margin/margin_topk.eta``), so any controller can be a child
-  without knowing it and two children of the same kind never share a key.
-* :class:`Wrapper` (``number_guard``, ``compliance_entropy``, ``verified``): one controller,
-  ``inner``, around which the wrapper post-processes decisions; it shares the wrapper's state.
+A controller that contains others declares each of them as a
+:class:`~framework.core.params.ControllerSpec` parameter and subclasses :class:`Composite`. At
+validation every nested controller is built into a :class:`Child` (keyed by its slot: ``base``,
+``0``, ``margin``, ``inner``), so the same spec forms (``NAME``, ``tuned:PATH``,
+``{name: NAME, params: {...}}``) and the same dotted tuning names (``inner.threshold``,
+``base.eta``, ``controllers.0.eta``) work for every one of them.
 
-Both build their nested controllers at validation from the ControllerSpec parameters
-(:meth:`~framework.core.params.Configurable.nested_controllers`), so the same spec forms
-(``NAME``, ``tuned:PATH``, ``{name: NAME, params: {...}}``) and the same dotted tuning names
-(``inner.threshold``, ``base.eta``, ``controllers.0.eta``) work for every one of them.
+**One memory rule.** A child keeps its per-sample state in ``state.memory`` under the prefix
+``"<owner>/<slot>/"`` (e.g. ``hybrid/margin/margin_topk.eta``, ``verified/inner/...``): it sees
+only its own keys, without the prefix, so any controller can be a child without knowing it, two
+children of the same kind never share a key, and the owner's own keys never meet a child's.
+
+Shapes of composite (same mechanism, same memory rule):
+
+* several children combined (``confidence_ladder``, ``switch``, ``hybrid``, ``compose``): the
+  composite is ``stochastic`` when a child is; its other flags are its own class's;
+* :class:`Wrapper`, exactly one child ``inner`` (``inner`` + ``inner_params``, :func:`wrapped_params`)
+  whose decision the wrapper post-processes (``number_guard``, ``compliance_entropy``,
+  ``verified``): it also passes the child's flags through (``stochastic``, ``revocable``,
+  ``verifies``, :meth:`~framework.engine.controller.Controller.stay_limit`) unless its class sets them.
+
+Three relations that are *not* nesting (nothing is a child, no memory is shared or prefixed):
+
+* a **reference decode** (``Controller.reference_param``, the ``oracle``): the named controller
+  decodes the same prompts *before* the call (:mod:`framework.engine.reference`), and only its
+  final tokens reach the controller, as ``state.context.reference_tokens``;
+* a **lookahead rollout** (``--lookahead rollout=controller``): the loop asks the step's own
+  controller again on a rollout's canvas, on a copy of its memory that is thrown away;
+* the **jobs' guard** (:func:`framework.jobs.guards.guarded_decode`): wraps the decode call and
+  names which part failed; it never stands in for a controller.
 """
 
 from __future__ import annotations
@@ -80,9 +99,10 @@ class Child:
 
 
 class Composite(Controller):
-    """Base of controllers built from sub-controllers: one :class:`Child` per nested controller of
-    its :class:`ControllerSpec` parameters, keyed by slot (``base``, ``0``, ``margin``); a null
-    spec is an empty slot."""
+    """Base of every controller built from others: one :class:`Child` per nested controller of its
+    :class:`ControllerSpec` parameters, keyed by slot (``base``, ``0``, ``margin``, ``inner``), each
+    with its memory under ``"<owner>/<slot>/"``; a null spec is an empty slot. Subclasses implement
+    :meth:`decide` by calling their children's ``decide``."""
 
     def check_combination(self) -> None:
         owner = self.display_name()
@@ -90,6 +110,7 @@ class Composite(Controller):
                           for n in self.nested_controllers(self.get_params())}
 
     def children(self) -> dict[str, Child]:
+        """The children by slot, in declaration order (built by validating, if not yet built)."""
         if "_children" not in self.__dict__:
             self.validate()
         return self._children
@@ -105,25 +126,25 @@ class Composite(Controller):
 
 
 # ---------------------------------------------------------------------- wrappers
-class Wrapper(Controller):
-    """A controller around ``inner`` (its ControllerSpec, with ``inner_params`` merged), built at
-    validation; the inner controller shares the wrapper's state."""
+class Wrapper(Composite):
+    """A :class:`Composite` with exactly one child, ``inner`` (its ControllerSpec, with
+    ``inner_params`` merged), whose decisions the wrapper post-processes; the child's memory lives
+    under ``"<owner>/inner/"`` like any child's, and its flags pass through."""
 
     def check_combination(self) -> None:
         nested = self.nested_controllers(self.get_params())
         if len(nested) != 1:
             raise TypeError(f"{type(self).__qualname__}: a Wrapper declares exactly one ControllerSpec parameter "
                             f"(found {len(nested)}); use wrapped_params()")
-        self._inner = build_nested(self.display_name(), nested[0])
+        super().check_combination()
+
+    def wrapped(self) -> Child:
+        """The one child (call its ``decide``: its memory is kept under the wrapper's prefix)."""
+        return next(iter(self.children().values()))
 
     def inner_controller(self) -> Controller:
-        if "_inner" not in self.__dict__:
-            self.validate()
-        return self._inner
-
-    @property
-    def stochastic(self) -> bool:  # type: ignore[override]
-        return bool(getattr(self.inner_controller(), "stochastic", False))
+        """The wrapped controller itself (for its parameters and flags)."""
+        return self.wrapped().controller
 
     @property
     def revocable(self) -> bool:  # type: ignore[override]
@@ -136,7 +157,3 @@ class Wrapper(Controller):
     def stay_limit(self) -> int:
         """The inner controller's: a wrapper keeps its blocks open as long as the inner one asks."""
         return int(self.inner_controller().stay_limit())
-
-    def reset(self, state: DecodeState) -> None:
-        super().reset(state)
-        self._inner.reset(state)
