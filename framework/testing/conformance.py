@@ -98,7 +98,7 @@ from framework.testing.controller_harness import (
 def check_params_declared(cls_or_name: Any) -> None:
     """Every __init__ keyword has a Param and vice versa; values stored as given; defaults build."""
     cls = resolve_controller(cls_or_name)
-    names, declared = cls._param_names(), set(cls.params)
+    names, declared = cls.param_names(), set(cls.params)
     if set(names) != declared:
         fail_check(f"__init__ keywords {sorted(names)} differ from the Param specs in `params` {sorted(declared)}; "
               f"every hyper-parameter needs both")

@@ -129,7 +129,7 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 def check_params_declared(cls_or_name: Any) -> None:
     cls = _resolve(cls_or_name)
     name = cls.display_name()
-    kw = set(cls._param_names())
+    kw = set(cls.param_names())
     if kw != set(cls.params):
         _fail(f"{name}: __init__ keywords {sorted(kw)} differ from the declared params {sorted(cls.params)}")
     if not (cls.__doc__ or "").strip():
