@@ -2,7 +2,8 @@
 
 Every module of this folder is imported (:func:`framework.core.registry.discover_plugins`), so a
 new controller is one new file with a ``@CONTROLLERS.register`` class: nothing lists the modules.
-``nesting`` holds the bases of controllers built from others and registers nothing. A module that
+``nesting`` re-exports the nesting bases from their place, :mod:`framework.engine.nesting`, and
+registers nothing. A module that
 fails to import is an error naming it.
 """
 

@@ -34,11 +34,11 @@ from typing import Optional
 
 import torch
 
-from controllers.nesting import Wrapper, wrapped_params
 from framework.core.params import Param, ParameterError
 from framework.core.rng import uniform_at
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
+from framework.engine.nesting import Wrapper, wrapped_params
 from framework.engine.selection import rank_within, select_topk
 
 REMDM_SALT = 0x2E3D

@@ -16,7 +16,7 @@ The checks (:func:`controller_checks` yields them in this order), all on small t
 
 ``implements``            no abstract method of ``Controller`` left undefined (``decide``); a class
                           that nests controllers (``ControllerSpec`` parameters) is a
-                          ``controllers.nesting.Composite``, the one nesting mechanism, and a
+                          ``Composite`` (:mod:`framework.engine.nesting`), the one nesting mechanism, and a
                           Composite nests some; ``reference_param`` names one of its parameters.
 ``params_declared``       every ``__init__`` keyword has a :class:`~framework.core.params.Param` and vice
                           versa, values are stored as given, the defaults validate, a docstring.
@@ -75,8 +75,9 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
-from framework.core.params import ParameterError
+from framework.core.params import ControllerSpec, ParameterError
 from framework.engine.config import DecodeConfig
+from framework.engine.nesting import Composite
 from framework.testing.controller_harness import (
     PROMPTS,
     SEEDS,
@@ -103,17 +104,14 @@ def check_implements(cls_or_name: Any) -> None:
     """The class implements what a controller must, and nests others only the one way: no abstract
     method of :class:`~framework.engine.controller.Controller` left undefined (``decide``); a class
     with :class:`~framework.core.params.ControllerSpec` parameters is a
-    :class:`controllers.nesting.Composite` (the one nesting mechanism, one memory rule), and a
+    :class:`~framework.engine.nesting.Composite` (the one nesting mechanism, one memory rule), and a
     Composite declares one; ``reference_param``, when set, names one of its parameters."""
-    from controllers.nesting import Composite
-    from framework.core.params import ControllerSpec
-
     cls = resolve_controller(cls_or_name)
     if inspect.isabstract(cls):
         fail_check(f"does not implement {', '.join(sorted(cls.__abstractmethods__))} (abstract in Controller)")
     specs = [n for n, p in cls.params.items() if isinstance(p, ControllerSpec)]
     if specs and not issubclass(cls, Composite):
-        fail_check(f"parameters {specs} nest controllers, but the class is not a controllers.nesting.Composite; "
+        fail_check(f"parameters {specs} nest controllers, but the class is not a Composite (framework.engine.nesting); "
                    f"subclass Composite (or Wrapper, for one inner controller) so the nested controllers are "
                    f"built, validated and kept in memory the one way")
     if issubclass(cls, Composite) and not specs:

@@ -177,7 +177,7 @@ class Undecided(Controller):
 
 BROKEN = [
     (Undecided, "implements", "does not implement decide"),
-    (NestsByHand, "implements", "not a controllers.nesting.Composite"),
+    (NestsByHand, "implements", "not a Composite (framework.engine.nesting)"),
     (RefersToNothing, "implements", "reference_param='reference' names no parameter"),
     (BatchLeak, "batch_invariance", "decoded alone gives"),
     (Staller, "progress", "committed none"),
