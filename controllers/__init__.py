@@ -1,11 +1,12 @@
 """Built-in controllers; importing this package registers them in ``framework.engine.controller.CONTROLLERS``.
 
-A module that fails to import is an error naming it (:func:`framework.core.registry.import_plugins`).
+Every module of this folder is imported (:func:`framework.core.registry.discover_plugins`), so a
+new controller is one new file with a ``@CONTROLLERS.register`` class: nothing lists the modules.
+``nesting`` re-exports the nesting bases from their place, :mod:`framework.engine.nesting`, and
+registers nothing. A module that
+fails to import is an error naming it.
 """
 
-from framework.core.registry import import_plugins
+from framework.core.registry import discover_plugins
 
-_MODULES = ("baselines", "adaptive", "stability", "heuristic", "guards", "learned", "oracle", "revocable",
-            "dependence", "dinfer", "klass", "pc_sampler", "prophet", "slowfast", "block_diffusion", "d3llm")
-
-import_plugins(__name__, _MODULES)
+discover_plugins(__name__)

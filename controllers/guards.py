@@ -24,7 +24,7 @@
   the tokenizer in the decode context (and the metas with ``numbers='meta'``); without, it fails.
 
 Both wrap a controller given as ``inner`` (a name, ``tuned:PATH`` or ``{name, params}``) and
-``inner_params`` (more of its params; :class:`controllers.nesting.Wrapper`) and pass through its
+``inner_params`` (more of its params; :class:`framework.engine.nesting.Wrapper`) and pass through its
 ``k``, ``depth`` and ``next_block_length``.
 """
 
@@ -36,10 +36,10 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from controllers.nesting import Wrapper, wrapped_params
 from framework.core.params import Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Decision, DecodeState
 from framework.engine.features import StepFeatures
+from framework.engine.nesting import Wrapper, wrapped_params
 
 
 def _tokenizer_ids(tokenizer: Any, pattern: str) -> list[int]:
@@ -153,7 +153,7 @@ class NumberGuard(Wrapper):
         return marked
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
-        d = self.inner_controller().decide(f, state)
+        d = self.wrapped().decide(f, state)
         commit = d.commit & f.eligible
         spans = segment_ids(self.number_positions(f, state))
         if self.order == "left_to_right":
@@ -241,7 +241,7 @@ class ComplianceEntropy(Wrapper):
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
         pen = self.penalty(f, state)
         entropy = torch.where(f.eligible, f.entropy + self.weight * pen, f.entropy)
-        d = self.inner_controller().decide(dataclasses.replace(f, entropy=entropy), state)
+        d = self.wrapped().decide(dataclasses.replace(f, entropy=entropy), state)
         info = dict(d.info)
         info["penalised"] = (pen > 0).sum(1)
         return dataclasses.replace(d, info=info)

@@ -28,10 +28,10 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from controllers.nesting import Composite
 from framework.core.params import ControllerSpec, NumberListParam, Param, ParameterError
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
+from framework.engine.nesting import Composite
 from framework.engine.selection import select_topk
 
 

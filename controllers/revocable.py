@@ -34,11 +34,11 @@ from typing import Optional
 
 import torch
 
-from controllers.nesting import Wrapper, wrapped_params
 from framework.core.params import Param, ParameterError
 from framework.core.rng import uniform_at
 from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
 from framework.engine.features import StepFeatures
+from framework.engine.nesting import Wrapper, wrapped_params
 from framework.engine.selection import rank_within, select_topk
 
 REMDM_SALT = 0x2E3D
@@ -132,12 +132,12 @@ class Verified(Wrapper):
 
     def check_combination(self) -> None:
         super().check_combination()
-        if getattr(self._inner, "revocable", False):
+        if getattr(self.inner_controller(), "revocable", False):
             raise ParameterError(f"verified.inner={self.inner!r} is revocable itself; allowed: a controller "
                                  f"that only commits (one re-masking rule per decode)")
 
     def decide(self, f: StepFeatures, state: DecodeState) -> Decision:
-        d = self.inner_controller().decide(f, state)
+        d = self.wrapped().decide(f, state)
         commit = d.commit & f.eligible
         remask = narrow_out(f, commit, self.verify_threshold, self.rival_margin, self.progress_guard)
         info = dict(d.info)

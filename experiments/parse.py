@@ -145,7 +145,7 @@ def _check_decode_keys(c: _Checker, decode: Any, path: str) -> None:
     if not isinstance(decode, dict):
         c.add(path, f"{decode!r} is not allowed; allowed: a mapping of decoding options")
         return
-    known = DecodeConfig._param_names()
+    known = DecodeConfig.param_names()
     for k, v in decode.items():
         if k in MOVED:
             c.add(f"{path}.{k}", f"no longer a decoding option; it is now {MOVED[k]}")
@@ -252,8 +252,8 @@ def _parse_tasks(c: _Checker, items: Any, top_metrics: Any = None) -> list[TaskS
             c.add(f"{where}.label", f"{spec.label!r} is not allowed; allowed: a non-empty string")
         cls = TASKS.get(name)
         for k, v in spec.params.items():
-            if k not in cls._param_names():
-                c.add(f"{where}.params.{k}", f"unknown parameter of task {name}" + did_you_mean(str(k), cls._param_names()))
+            if k not in cls.param_names():
+                c.add(f"{where}.params.{k}", f"unknown parameter of task {name}" + did_you_mean(str(k), cls.param_names()))
             elif k in cls.params:
                 try:
                     cls.params[k].check(name, k, v)
@@ -428,7 +428,7 @@ def _check_lookahead(c: _Checker, look: dict, where: str) -> None:
     except ImportError as exc:
         c.add(where, f"lookahead needs framework.engine.lookahead and framework.engine.scorer, which cannot be imported ({exc})")
         return
-    known = Lookahead._param_names()
+    known = Lookahead.param_names()
     c.keys(look, [k for k in known if k != "context"], where)
     for k, v in look.items():
         if k in Lookahead.params:

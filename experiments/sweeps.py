@@ -38,7 +38,7 @@ _MAPPING_KINDS = (dict, "spec", "params")
 
 def param_problem(cls: type, key: str, value: Any) -> Optional[str]:
     """Why ``key=value`` is not a valid parameter of controller ``cls``, or ``None``."""
-    known = cls._param_names()
+    known = cls.param_names()
     if "." in key:  # inside a mapping parameter: the leaf is checked when the controller is built
         head = key.split(".", 1)[0]
         spec = cls.params.get(head)
@@ -79,11 +79,11 @@ def _target(cls: Optional[type], key: str) -> Optional[str]:
     from framework.engine.config import DecodeConfig
 
     if cls is None:  # tuned:PATH or a placeholder: its parameters are checked when it is built
-        return "decode" if key in DecodeConfig._param_names() else "params"
-    known = cls._param_names()
+        return "decode" if key in DecodeConfig.param_names() else "params"
+    known = cls.param_names()
     if key in known or (key == "steps_per_token" and "steps" in known) or key.split(".", 1)[0] in known:
         return "params"
-    return "decode" if key in DecodeConfig._param_names() else None
+    return "decode" if key in DecodeConfig.param_names() else None
 
 
 def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type],
@@ -106,8 +106,8 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type],
               "the decoding seed is the experiment's own axis: list the values in the top-level 'seeds'")
         return []
     if target is None:
-        known = [*cls._param_names(), *(["steps_per_token"] if "steps" in cls._param_names() else []),
-                 *DecodeConfig._param_names()]
+        known = [*cls.param_names(), *(["steps_per_token"] if "steps" in cls.param_names() else []),
+                 *DecodeConfig.param_names()]
         c.add(kpath, f"unknown parameter: neither a parameter of {cls.display_name()} nor a decoding option"
               + did_you_mean(key, known))
         return []

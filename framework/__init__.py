@@ -38,6 +38,9 @@ _EXPORTS = {
     "DecodeContext": "framework.engine.context",
     "decode_with_reference": "framework.engine.reference",
     "CONTROLLERS": "framework.engine.controller",
+    "Composite": "framework.engine.nesting",
+    "Wrapper": "framework.engine.nesting",
+    "wrapped_params": "framework.engine.nesting",
     "StepFeatures": "framework.engine.features",
     "rank_within": "framework.engine.selection",
     "select_topk": "framework.engine.selection",
@@ -55,6 +58,7 @@ _EXPORTS = {
     # core: parameters and registries
     "Param": "framework.core.params",
     "Configurable": "framework.core.params",
+    "ControllerSpec": "framework.core.params",
     "ParameterError": "framework.core.params",
     "Registry": "framework.core.registry",
     "UnknownNameError": "framework.core.registry",

@@ -1,10 +1,10 @@
 """Built-in scorers; importing this package registers them in ``framework.engine.scorer.SCORERS``.
 
-A module that fails to import is an error naming it (:func:`framework.core.registry.import_plugins`).
+Every module of this folder is imported (:func:`framework.core.registry.discover_plugins`), so a
+new scorer is one new file with a ``@SCORERS.register`` class: nothing lists the modules. A module
+that fails to import is an error naming it.
 """
 
-from framework.core.registry import import_plugins
+from framework.core.registry import discover_plugins
 
-_MODULES = ("logprob", "ar_logprob", "consistency", "repetition", "compliance", "sudoku_rules", "mixture")
-
-import_plugins(__name__, _MODULES)
+discover_plugins(__name__)

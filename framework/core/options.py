@@ -67,7 +67,7 @@ class Options(Configurable):
         """The group from its mapping form (``None`` = every default); a non-mapping is refused."""
         if values is not None and not isinstance(values, Mapping):
             raise ParameterError(f"{cls.display_name()}={values!r} is not allowed; allowed: a mapping of "
-                                 f"{', '.join(cls._param_names())}")
+                                 f"{', '.join(cls.param_names())}")
         return cls.build(**dict(values or {}))
 
     def replace(self: OptionsT, **changes: Any) -> OptionsT:
@@ -243,7 +243,7 @@ class OptionGroups:
         """``{group: {name: value}}`` of a flat mapping (:meth:`from_flat`'s routing and errors)."""
         owners: dict[str, list[str]] = {}
         for group, kind in cls.group_classes().items():
-            for name in kind._param_names():
+            for name in kind.param_names():
                 owners.setdefault(name, []).append(group)
         nested: dict[str, dict[str, Any]] = {}
         for key, value in values.items():

@@ -310,7 +310,10 @@ class Configurable:
     registry_name: ClassVar[str] = ""
 
     @classmethod
-    def _param_names(cls) -> list[str]:
+    def param_names(cls) -> list[str]:
+        """The parameter names: the keyword arguments of ``__init__``, in order (scikit-learn's
+        ``_get_param_names``, public here because the engine, the jobs, the tuner, the experiments
+        and the conformance suites all read it)."""
         sig = inspect.signature(cls.__init__)
         names = []
         for p in sig.parameters.values():
@@ -318,6 +321,14 @@ class Configurable:
                 continue
             names.append(p.name)
         return names
+
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        """Deprecated alias of :meth:`param_names`, kept so code written against the old private name
+        still runs; it warns with a :class:`DeprecationWarning`."""
+        warnings.warn(f"{cls.__qualname__}._param_names() is deprecated; call param_names()",
+                      DeprecationWarning, stacklevel=2)
+        return cls.param_names()
 
     @classmethod
     def display_name(cls) -> str:
@@ -331,11 +342,11 @@ class Configurable:
 
     def get_params(self) -> dict[str, Any]:
         """Constructor keywords and their current values (scikit-learn's ``get_params``)."""
-        return {name: getattr(self, name) for name in self._param_names()}
+        return {name: getattr(self, name) for name in self.param_names()}
 
     def set_params(self, **params: Any) -> "Configurable":
         """Set parameters by name; unknown names fail with the list of known ones."""
-        known = self._param_names()
+        known = self.param_names()
         for key, value in params.items():
             if key not in known:
                 raise ParameterError(
@@ -347,7 +358,7 @@ class Configurable:
     @classmethod
     def build(cls, **params: Any) -> "Configurable":
         """Construct from keyword parameters and validate (the registry's entry point)."""
-        known = cls._param_names()
+        known = cls.param_names()
         unknown = [k for k in params if k not in known]
         if unknown:
             raise ParameterError(
@@ -381,7 +392,7 @@ class Configurable:
     def nested_controllers(cls, params: Mapping[str, Any]) -> list[NestedController]:
         """The controllers nested in ``params`` by the :class:`ControllerSpec` parameters (a parameter
         missing from ``params`` takes its default), in declaration order."""
-        full = {n: params[n] if n in params else cls.default(n) for n in cls._param_names()}
+        full = {n: params[n] if n in params else cls.default(n) for n in cls.param_names()}
         out: list[NestedController] = []
         for name, spec in cls.params.items():
             if isinstance(spec, ControllerSpec) and name in full:

@@ -2,12 +2,16 @@
 
 Modelled on lm-evaluation-harness's registry: a decorator registers built-ins under a short name
 (plus aliases), ``"module:Object"`` strings register lazily, and third-party packages add plugins
-through a Python entry-point group, so ``adec decode --controller their_name`` just works.
+through a Python entry-point group, so ``adec decode --controller their_name`` just works. The
+built-in plugins are found by scanning their packages (:func:`discover_plugins`), as tasks are: a
+new module in ``controllers/``, ``scorers/``, ``framework/tasks/`` or ``framework/tasks/metrics/``
+registers itself, and no list of modules is kept by hand.
 
 Three errors are kept deliberately explicit:
 
 * registering a name twice   -> :class:`RegistryError` ("... already registered ...")
-* registering the wrong type -> :class:`TypeError` ("... is not a subclass of ...")
+* registering the wrong type -> :class:`TypeError` ("... is not a subclass of ...", or "... does not
+  implement decide ..." for a class that leaves an abstract method of the base undefined)
 * asking for an unknown name -> :class:`UnknownNameError` listing every known name.
 
 A plugin module that fails to import is never skipped in silence: :class:`PluginImportError`
@@ -19,9 +23,11 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
+import pkgutil
 import warnings
 from importlib import metadata
-from typing import Any, Callable, Generic, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterator, Sequence, TypeVar
 
 T = TypeVar("T")
 
@@ -57,10 +63,31 @@ def import_plugin(module: str, what: str = "plugin module") -> Any:
         raise PluginImportError(message) from exc
 
 
-def import_plugins(package: str, modules: tuple[str, ...]) -> None:
+def import_plugins(package: str, modules: Sequence[str]) -> None:
     """Import every ``package.module`` of a plugin package (see :func:`import_plugin`)."""
     for name in modules:
         import_plugin(f"{package}.{name}")
+
+
+def package_modules(package: str, *, skip: Sequence[str] = ()) -> tuple[str, ...]:
+    """The module names of ``package``, found by scanning its folder (:func:`pkgutil.iter_modules`),
+    sorted; names starting with ``_`` and those in ``skip`` (helpers that register nothing, or must
+    not be imported) are left out. Sub-packages count as modules."""
+    paths = getattr(importlib.import_module(package), "__path__", None)
+    if paths is None:
+        raise RegistryError(f"{package!r} is a module, not a package; discovery scans a package's folder")
+    return tuple(sorted(m.name for m in pkgutil.iter_modules(paths)
+                        if not m.name.startswith("_") and m.name not in skip))
+
+
+def discover_plugins(package: str, *, skip: Sequence[str] = ()) -> tuple[str, ...]:
+    """Import every module of ``package`` (:func:`package_modules`), so that a new file in a built-in
+    plugin package registers its plugins without being listed anywhere; returns the module names.
+    The built-in controllers, scorers, answer metrics and tasks are found this way; third-party
+    plugins come through their entry-point group (:class:`Registry`)."""
+    modules = package_modules(package, skip=skip)
+    import_plugins(package, modules)
+    return modules
 
 
 class UnknownNameError(KeyError):
@@ -138,6 +165,10 @@ class Registry(Generic[T]):
                 f"{self.kind} {name!r}: {_describe(obj)} is not a subclass of "
                 f"{self.base.__module__}.{self.base.__qualname__}"
             )
+        if inspect.isabstract(obj):
+            missing = ", ".join(sorted(getattr(obj, "__abstractmethods__", ())))
+            raise TypeError(f"{self.kind} {name!r}: {_describe(obj)} does not implement {missing}, abstract in "
+                            f"{self.base.__qualname__}; define it before registering the class")
 
     # ------------------------------------------------------------------ lookup
     def _ensure_loaded(self) -> None:

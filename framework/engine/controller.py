@@ -17,6 +17,7 @@ No Python loop over samples. What a controller may read about the call beyond th
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional
 
@@ -104,8 +105,10 @@ class DecodeState:
                 self.memory[key] = full
 
 
-class Controller(Configurable):
-    """Base class of every controller. Subclasses set ``params`` and implement :meth:`decide`.
+class Controller(Configurable, ABC):
+    """Base class of every controller. Subclasses set ``params`` and implement :meth:`decide`, the
+    one abstract method: a class without it cannot be built, and registering it fails at once with
+    the name of what is missing (:class:`~framework.core.registry.Registry`).
 
     ``kind`` is the benchmark family: ``reference``, ``baseline``, ``heuristic``, ``tuned``,
     ``learned`` or ``oracle``.
@@ -136,8 +139,9 @@ class Controller(Configurable):
         """Called once per decode call, before the first step. Default: validate, no memory."""
         self.validate()
 
-    def decide(self, features: StepFeatures, state: DecodeState) -> Decision:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def decide(self, features: StepFeatures, state: DecodeState) -> Decision:
+        """This step's :class:`Decision` for the rows of ``features`` (``[B, W]`` over the window)."""
 
     def stay_limit(self) -> int:
         """The most steps a row may stay in a block with no masked position (``Decision.stay``); the

@@ -159,9 +159,9 @@ def split_settings(controller_name: str, settings: Mapping[str, Any], *, flag: s
     """
     from framework.engine.config import MOVED, DecodeConfig
 
-    cfg_keys = set(DecodeConfig._param_names())
+    cfg_keys = set(DecodeConfig.param_names())
     tuned = controller_name.startswith("tuned:")
-    ctrl_keys = None if tuned else set(CONTROLLERS.get(controller_name)._param_names())
+    ctrl_keys = None if tuned else set(CONTROLLERS.get(controller_name).param_names())
     own_keys = own_keys or set()
     own: dict[str, Any] = {}
     cfg: dict[str, Any] = dict(defaults or {})

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Optional, Sequence
 
@@ -196,8 +197,8 @@ class ScoringContext:
         return [self.decode([t for t, m in zip(r, mr) if m]) for r, mr in zip(ids, msk)]
 
 
-class Scorer(Configurable):
-    """Base of every scorer: implement :meth:`_score`; call :meth:`score`.
+class Scorer(Configurable, ABC):
+    """Base of every scorer: implement :meth:`_score` (the one abstract method); call :meth:`score`.
 
     ``_score`` returns a float tensor ``[N]`` within :meth:`bounds` (see the module docstring);
     :meth:`score` handles ``N = 0``, checks the shape, maps non-finite values to the lower bound
@@ -230,8 +231,9 @@ class Scorer(Configurable):
         out = torch.where(torch.isfinite(out), out, torch.full_like(out, lo))
         return out.clamp(lo, hi)
 
-    def _score(self, candidates: Candidates, context: ScoringContext) -> torch.Tensor:  # pragma: no cover
-        raise NotImplementedError
+    @abstractmethod
+    def _score(self, candidates: Candidates, context: ScoringContext) -> torch.Tensor:
+        """Raw scores ``[N]`` of the candidates, higher is better, within :meth:`bounds`."""
 
     def describe(self) -> str:
         return (self.__doc__ or "").strip().splitlines()[0] if self.__doc__ else ""

@@ -90,7 +90,7 @@ def split_model_args(args: dict[str, Any]) -> tuple[dict[str, Any], dict[str, An
     """``--model_args`` as (adapter options, decode-config keys, controller keys); an unknown key
     fails naming every key that is allowed. Values are validated by the caller."""
     return split_settings(str(args.get("controller", "fast_dllm")), args, flag="--model_args",
-                          own_keys=set(AdapterOptions._param_names()))
+                          own_keys=set(AdapterOptions.param_names()))
 
 
 def cut_at_stops(text: str, until: Any) -> str:

@@ -1,5 +1,5 @@
-"""Wrappers that turn a model's, controller's or lookahead's failure into a job fault: deadlines,
-guarded calls.
+"""What turns a model's, controller's or lookahead's failure into a job fault: the deadline checked
+before every forward (:class:`DeadlineModel`) and the guarded decode call (:func:`guarded_decode`).
 """
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from framework.engine.controller import Controller, DecodeState
+from framework.engine.controller import Controller
+from framework.engine.loop import DecodeResult, decode
 from framework.jobs.errors import (
     ControllerFailure,
     DeadlineExceeded,
@@ -55,45 +56,47 @@ def _passthrough(exc: BaseException) -> bool:
     return isinstance(exc, (DeadlineExceeded, ControllerFailure, ScorerFailure)) or is_oom(exc)
 
 
-class GuardedController:
-    """Delegates to a controller; its exceptions become :class:`ControllerFailure`."""
-
-    def __init__(self, inner: Controller, name: str) -> None:
-        self._inner, self._name = inner, name
-
-    def reset(self, state: DecodeState) -> None:
-        try:
-            self._inner.reset(state)
-        except Exception as exc:  # noqa: BLE001 - any controller bug must not kill the job
-            if _passthrough(exc):
-                raise
-            raise ControllerFailure(f"controller {self._name!r} raised in reset: {failure_reason(exc)}") from exc
-
-    def decide(self, features: Any, state: DecodeState) -> Any:
-        try:
-            return self._inner.decide(features, state)
-        except Exception as exc:  # noqa: BLE001
-            if _passthrough(exc):
-                raise
-            raise ControllerFailure(f"controller {self._name!r} raised: {failure_reason(exc)}") from exc
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+def failing_part(exc: BaseException, controller: Any, lookahead: Any = None) -> tuple[Optional[str], str]:
+    """Which part of a decode raised ``exc``: ``("controller", method)`` when the innermost frame of
+    its traceback that belongs to ``controller`` or ``lookahead`` (a frame whose ``self`` is that
+    object) is the controller's, ``method`` being the contract method the loop called (``reset``,
+    ``decide``); ``("lookahead", "refine")`` when it is the lookahead's; ``(None, "")`` otherwise
+    (the model, the loop, the input)."""
+    parts: list[tuple[str, str]] = []
+    tb = exc.__traceback__
+    while tb is not None:
+        owner = tb.tb_frame.f_locals.get("self")
+        if owner is not None and owner is controller:
+            parts.append(("controller", tb.tb_frame.f_code.co_name))
+        elif owner is not None and lookahead is not None and owner is lookahead:
+            parts.append(("lookahead", tb.tb_frame.f_code.co_name))
+        tb = tb.tb_next
+    if not parts:
+        return None, ""
+    part = parts[-1][0]
+    first = len(parts) - 1
+    while first > 0 and parts[first - 1][0] == part:  # the outermost frame of the innermost run: the call
+        first -= 1
+    return part, parts[first][1]
 
 
-class GuardedLookahead:
-    """Delegates to a lookahead; its exceptions become :class:`ScorerFailure`."""
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-
-    def refine(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return self._inner.refine(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
-            if _passthrough(exc):
-                raise
+def guarded_decode(model: Any, prompts: Any, controller: Controller, config: Any, *, name: str,
+                   lookahead: Any = None, **kwargs: Any) -> DecodeResult:
+    """:func:`~framework.engine.loop.decode` with the job's failure classes: an exception raised in a
+    method of ``controller`` (its ``reset`` or ``decide``, nested controllers included) becomes
+    :class:`ControllerFailure` naming the controller ``name``, one raised in ``lookahead`` (its
+    rollouts or scorers) :class:`ScorerFailure`; deadlines, out-of-memory errors and anything
+    raised elsewhere propagate unchanged. The controller and lookahead are passed to the loop as
+    they are: the guard wraps the call, not the parts (:func:`failing_part` finds which part raised)."""
+    try:
+        return decode(model, prompts, controller, config, lookahead=lookahead, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any controller or scorer bug must not kill the job
+        if _passthrough(exc):
+            raise
+        part, method = failing_part(exc, controller, lookahead)
+        if part == "controller":
+            where = " in reset" if method == "reset" else ""
+            raise ControllerFailure(f"controller {name!r} raised{where}: {failure_reason(exc)}") from exc
+        if part == "lookahead":
             raise ScorerFailure(f"lookahead/scorer raised: {failure_reason(exc)}") from exc
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
+        raise

@@ -148,8 +148,8 @@ def check_items(items: Sequence[PromptItem], controller_factory: Controller | Ca
 def plan_work(items: Sequence[PromptItem], factory: Callable[..., Controller], base_ctrl: Controller,
           config: DecodeConfig, mask_id: int, settings_hash: str) -> tuple[list[WorkItem], list[LineProblem]]:
     """Validate per-item params, group items by settings, give every item its id and seed."""
-    cfg_keys = set(DecodeConfig._param_names())
-    ctrl_keys = set(type(base_ctrl)._param_names())
+    cfg_keys = set(DecodeConfig.param_names())
+    ctrl_keys = set(type(base_ctrl).param_names())
     base_group = _Group(config, base_ctrl, {})
     base_key = short_hash([{k: v for k, v in config.get_params().items() if k != "seed"}, {}])
     groups: dict[str, _Group] = {base_key: base_group}

@@ -49,7 +49,6 @@ from framework.engine.config import LATER_DEFAULTS, REMOVED_DEFAULTS, DecodeConf
 from framework.engine.context import DecodeContext
 from framework.engine.controller import Controller
 from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
 from framework.engine.reference import with_reference
 from framework.jobs.batcher import BatchSizer
 from framework.jobs.errors import (
@@ -62,7 +61,7 @@ from framework.jobs.errors import (
     free_memory,
     is_oom,
 )
-from framework.jobs.guards import DeadlineModel, GuardedController, GuardedLookahead
+from framework.jobs.guards import DeadlineModel, guarded_decode
 from framework.jobs.options import JobOptions
 from framework.jobs.output import SETTINGS_ID, ResultFile, rewrite_results, scan_results
 from framework.jobs.plan import (
@@ -407,15 +406,15 @@ def _decode_batch(batch: list[WorkItem], loaded_model: Any, lookahead: Any, fall
     group = batch[0].group
     ctrl = fallback if mode == "fallback" else group.controller
     assert ctrl is not None
-    la = GuardedLookahead(lookahead) if (lookahead is not None and mode == "normal") else None
+    la = lookahead if mode == "normal" else None
     started = time.monotonic()
     model = DeadlineModel(loaded_model.denoiser, started, item_timeout_s, job_deadline, job_timeout_s, t_job)
     t0 = time.perf_counter()
     tok = loaded_model.tokenizer
     context = DecodeContext.for_batch(tok, [w.item for w in batch], task=task, gen_length=group.config.gen_length)
     context = with_reference(context, model, [w.ids for w in batch], ctrl, group.config, seeds=[w.seed for w in batch])
-    res = decode(model, [w.ids for w in batch], GuardedController(ctrl, controller_name(ctrl)), group.config,
-                 seeds=[w.seed for w in batch], lookahead=la, context=context)
+    res = guarded_decode(model, [w.ids for w in batch], ctrl, group.config, name=controller_name(ctrl),
+                         seeds=[w.seed for w in batch], lookahead=la, context=context)
     latency = time.perf_counter() - t0
     step_fallbacks = res.fallbacks if res.fallbacks is not None else torch.zeros(len(batch), dtype=torch.long)
     rows = []

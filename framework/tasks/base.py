@@ -11,14 +11,12 @@ A task is one class, and everything else reads its declarations from it: its voc
 from __future__ import annotations
 
 import hashlib
-import pkgutil
 import random
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Iterator, Optional, Sequence
 
 from framework.core.params import Configurable, Param
-from framework.core.registry import Registry
+from framework.core.registry import Registry, package_modules
 from framework.tasks.vocab import TaskTokenizer, tokenizer_for
 
 SPLITS: tuple[str, ...] = ("train", "validation", "test")
@@ -254,17 +252,11 @@ def fold_whitespace(text: str) -> str:
     return " ".join(text.split())
 
 
-def _task_modules() -> tuple[str, ...]:
-    """Every module of ``framework.tasks`` but this one, so a new task file registers itself
-    without being listed anywhere."""
-    folder = Path(__file__).resolve().parent
-    return tuple(f"framework.tasks.{m.name}" for m in sorted(pkgutil.iter_modules([str(folder)]), key=lambda m: m.name)
-                 if not m.name.startswith("_") and m.name != "base")
-
-
 #: the modules whose decorators register the built-in tasks (imported on first lookup): every
-#: module of the package
-BUILTIN_TASK_MODULES = _task_modules()
+#: module of the package but the contract, found by scanning it
+#: (:func:`framework.core.registry.package_modules`), so a new task file registers itself without
+#: being listed anywhere
+BUILTIN_TASK_MODULES = tuple(f"framework.tasks.{m}" for m in package_modules("framework.tasks", skip=("base",)))
 
 TASKS: Registry[Task] = Registry("task", base=Task, entry_point_group="adaptive_decoding.tasks",
                                  builtin_modules=BUILTIN_TASK_MODULES)

@@ -14,6 +14,10 @@ or, in pytest, one test per check (readable ids, one failure per broken contract
 The checks (:func:`controller_checks` yields them in this order), all on small toy denoisers from
 :mod:`framework.testing`:
 
+``implements``            no abstract method of ``Controller`` left undefined (``decide``); a class
+                          that nests controllers (``ControllerSpec`` parameters) is a
+                          ``Composite`` (:mod:`framework.engine.nesting`), the one nesting mechanism, and a
+                          Composite nests some; ``reference_param`` names one of its parameters.
 ``params_declared``       every ``__init__`` keyword has a :class:`~framework.core.params.Param` and vice
                           versa, values are stored as given, the defaults validate, a docstring.
 ``param_validation``      for each bounded (or categorical, or boolean) Param, an out-of-range value
@@ -75,8 +79,9 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
-from framework.core.params import ParameterError
+from framework.core.params import ControllerSpec, ParameterError
 from framework.engine.config import DecodeConfig
+from framework.engine.nesting import Composite
 from framework.testing.controller_harness import (
     PROMPTS,
     SEEDS,
@@ -98,11 +103,34 @@ from framework.testing.controller_harness import (
 )
 
 
+# ---------------------------------------------------------------------- the contract
+def check_implements(cls_or_name: Any) -> None:
+    """The class implements what a controller must, and nests others only the one way: no abstract
+    method of :class:`~framework.engine.controller.Controller` left undefined (``decide``); a class
+    with :class:`~framework.core.params.ControllerSpec` parameters is a
+    :class:`~framework.engine.nesting.Composite` (the one nesting mechanism, one memory rule), and a
+    Composite declares one; ``reference_param``, when set, names one of its parameters."""
+    cls = resolve_controller(cls_or_name)
+    if inspect.isabstract(cls):
+        fail_check(f"does not implement {', '.join(sorted(cls.__abstractmethods__))} (abstract in Controller)")
+    specs = [n for n, p in cls.params.items() if isinstance(p, ControllerSpec)]
+    if specs and not issubclass(cls, Composite):
+        fail_check(f"parameters {specs} nest controllers, but the class is not a Composite (framework.engine.nesting); "
+                   f"subclass Composite (or Wrapper, for one inner controller) so the nested controllers are "
+                   f"built, validated and kept in memory the one way")
+    if issubclass(cls, Composite) and not specs:
+        fail_check("is a Composite but declares no ControllerSpec parameter; a composite's children are its "
+                   "ControllerSpec parameters")
+    ref = getattr(cls, "reference_param", None)
+    if ref is not None and ref not in cls.param_names():
+        fail_check(f"reference_param={ref!r} names no parameter; known: {', '.join(cls.param_names()) or '(none)'}")
+
+
 # ---------------------------------------------------------------------- parameter checks
 def check_params_declared(cls_or_name: Any) -> None:
     """Every __init__ keyword has a Param and vice versa; values stored as given; defaults build."""
     cls = resolve_controller(cls_or_name)
-    names, declared = cls._param_names(), set(cls.params)
+    names, declared = cls.param_names(), set(cls.params)
     if set(names) != declared:
         fail_check(f"__init__ keywords {sorted(names)} differ from the Param specs in `params` {sorted(declared)}; "
               f"every hyper-parameter needs both")
@@ -454,6 +482,7 @@ def check_multi_block_window(cls_or_name: Any) -> None:
 
 
 CHECKS: tuple[tuple[str, Check], ...] = (
+    ("implements", check_implements),
     ("params_declared", check_params_declared),
     ("param_validation", check_param_validation),
     ("search_space", check_search_space),

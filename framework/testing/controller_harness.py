@@ -12,7 +12,7 @@ import torch
 from framework.core.params import Param
 from framework.engine.config import LAYOUT_CACHE_MODES, DecodeConfig
 from framework.engine.context import DecodeContext
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState, stay_limit_of
 from framework.engine.denoise import supports_cache
 from framework.engine.features import StepFeatures
 from framework.engine.loop import DecodeResult, decode
@@ -83,10 +83,14 @@ class _Spy:
         self.steps: list[dict[str, torch.Tensor]] = []
         self.problems: dict[str, list[str]] = {"fields": [], "subset": [], "progress": []}
 
-    def __getattr__(self, name: str) -> Any:  # the loop reads class flags (verifies, revocable) through the spy
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    @property
+    def verifies(self) -> bool:
+        """The watched controller's flag (the loop runs the verification for it)."""
+        return bool(getattr(self.inner, "verifies", False))
+
+    def stay_limit(self) -> int:
+        """The watched controller's (the loop bounds a block's steps with it)."""
+        return stay_limit_of(self.inner)
 
     def _note(self, kind: str, msg: str) -> None:
         if len(self.problems[kind]) < 3:

@@ -9,6 +9,7 @@ The checks (:func:`scorer_checks` yields them in this order), on a fixed batch o
 candidates (:func:`conformance_batch`: character-level texts, ragged prompts, partly masked rows,
 recorded log-probabilities, a tiny causal LM in ``context.resources``):
 
+``implements``         no abstract method of ``Scorer`` left undefined (``_score``).
 ``params_declared``    every ``__init__`` keyword has a :class:`~framework.core.params.Param` and vice
                        versa, values are stored as given, the defaults validate, a docstring.
 ``param_validation``   an out-of-range / unknown-choice / non-boolean value of each Param is refused
@@ -129,7 +130,7 @@ def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
 def check_params_declared(cls_or_name: Any) -> None:
     cls = _resolve(cls_or_name)
     name = cls.display_name()
-    kw = set(cls._param_names())
+    kw = set(cls.param_names())
     if kw != set(cls.params):
         _fail(f"{name}: __init__ keywords {sorted(kw)} differ from the declared params {sorted(cls.params)}")
     if not (cls.__doc__ or "").strip():
@@ -177,6 +178,14 @@ def check_param_validation(cls_or_name: Any) -> None:
             _fail(f"{name}: the unknown-parameter error does not name it: {exc}")
     else:
         _fail(f"{name}: an unknown parameter name was accepted")
+
+
+def check_implements(cls_or_name: Any) -> None:
+    """No abstract method of :class:`~framework.engine.scorer.Scorer` is left undefined (``_score``)."""
+    cls = _resolve(cls_or_name)
+    if inspect.isabstract(cls):
+        _fail(f"{cls.display_name()}: does not implement {', '.join(sorted(cls.__abstractmethods__))} "
+              f"(abstract in Scorer)")
 
 
 def check_round_trip(cls_or_name: Any) -> None:
@@ -257,6 +266,7 @@ def check_edge_cases(cls_or_name: Any) -> None:
 
 
 _CHECKS: tuple[tuple[str, Check], ...] = (
+    ("implements", check_implements),
     ("params_declared", check_params_declared),
     ("param_validation", check_param_validation),
     ("round_trip", check_round_trip),

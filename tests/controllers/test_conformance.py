@@ -8,7 +8,7 @@ import textwrap
 import pytest
 import torch
 
-from framework.core.params import Param, ParameterError
+from framework.core.params import ControllerSpec, Param, ParameterError
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import CONTROLLERS, Controller, Decision
 from framework.engine.controller_io import build_controller
@@ -150,7 +150,35 @@ class Mutates(_Base):
         return super().decide(f, state)
 
 
+class NestsByHand(_Base):
+    """Holds a controller spec but builds and calls it itself (a second way to nest)."""
+
+    params = {**_Base.params, "inner": ControllerSpec(doc="the wrapped controller")}
+
+    def __init__(self, threshold: float = 0.7, inner: str = "sequential") -> None:
+        self.threshold = threshold
+        self.inner = inner
+
+
+class RefersToNothing(_Base):
+    """Declares a reference decode through a parameter it does not have."""
+
+    reference_param = "reference"
+
+
+class Undecided(Controller):
+    """Never says what it commits."""
+
+    params: dict = {}
+
+    def __init__(self) -> None:
+        pass
+
+
 BROKEN = [
+    (Undecided, "implements", "does not implement decide"),
+    (NestsByHand, "implements", "not a Composite (framework.engine.nesting)"),
+    (RefersToNothing, "implements", "reference_param='reference' names no parameter"),
     (BatchLeak, "batch_invariance", "decoded alone gives"),
     (Staller, "progress", "committed none"),
     (Trespasser, "decided_positions", "not eligible"),

@@ -267,3 +267,24 @@ def test_compose_takes_commit_k_and_depth_from_different_controllers():
     assert d.commit.tolist() == [[True, False, False]]
     assert d.k.tolist() == [[1, 4, 5]]  # entropy_topk's k where fast_dllm leaves positions open
     assert d.depth.tolist() == [5]  # least-confident top-1 0.6 -> d_max
+
+
+def test_a_wrapper_keeps_its_inner_memory_under_its_prefix_like_every_composite():
+    """One memory rule: a wrapper's inner controller is a child like a switch's, its keys under
+    ``"<owner>/inner/"``, evolving exactly as the bare controller's; nested twice, the prefixes stack."""
+    f = feats([[1, 1]] * 2, step=[0, 1], margin=[[0.2, 0.6]] * 2)
+    bare = build_controller("margin_topk", adapt=True)
+    s_bare = started(bare, 2)
+    bare.decide(f, s_bare)
+    assert not torch.equal(s_bare.memory["margin_topk.eta"], torch.full((2,), 0.3))  # η moved
+    guard = build_controller("number_guard", inner="margin_topk", inner_params={"adapt": True}, digit_ids=[])
+    s = started(guard, 2)
+    assert set(s.memory) == {"number_guard/inner/margin_topk.eta"}
+    d = guard.decide(f, s)
+    assert d.commit.tolist() == bare.decide(f, started(bare, 2)).commit.tolist()
+    assert torch.equal(s.memory["number_guard/inner/margin_topk.eta"], s_bare.memory["margin_topk.eta"])
+    sw = build_controller("switch", controllers=[{"name": "number_guard", "params": {
+        "inner": "margin_topk", "inner_params": {"adapt": True}, "digit_ids": []}}, "sequential"], at=[5])
+    s = started(sw, 2)
+    assert set(s.memory) == {"switch/0/number_guard/inner/margin_topk.eta"}
+    assert sw.children()["0"].controller.inner_controller().adapt is True

@@ -187,3 +187,76 @@ def test_cli_reports_a_broken_command_module_and_skips_it_on_request(monkeypatch
         skip_broken_plugins(False)
     assert "sudoku9" in capsys.readouterr().out
     assert _sys.modules.get("framework.cli.no_such_command") is None
+
+
+# ---------------------------------------------------------------------- discovery, abstract bases, public names
+def test_a_new_module_in_a_plugin_package_registers_itself_without_being_listed(tmp_path, monkeypatch):
+    from framework.core.registry import discover_plugins, package_modules
+
+    pkg = tmp_path / "adec_found_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("")
+    (pkg / "_private.py").write_text("raise RuntimeError('a private module is never imported')\n")
+    (pkg / "widgets.py").write_text(
+        "from framework.core.registry import Registry\nREG = Registry('widget')\n"
+        "REG.register('spinner')(type('Spinner', (), {}))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert package_modules("adec_found_pkg") == ("helper", "widgets")
+    assert package_modules("adec_found_pkg", skip=("helper",)) == ("widgets",)
+    assert discover_plugins("adec_found_pkg", skip=("helper",)) == ("widgets",)
+    import adec_found_pkg.widgets as widgets
+
+    assert widgets.REG.names() == ["spinner"]
+    with pytest.raises(RegistryError, match="'adec_found_pkg.widgets' is a module, not a package"):
+        package_modules("adec_found_pkg.widgets")
+
+
+def test_every_module_of_the_builtin_plugin_packages_is_imported():
+    """Nothing lists the built-in modules: every file of controllers/, scorers/ and the metrics
+    package (less its helpers) has been imported once its registry is read."""
+    import sys
+
+    from framework.core.registry import package_modules
+    from framework.engine.scorer import SCORERS
+    from framework.tasks.metrics import HELPER_MODULES, METRICS
+
+    CONTROLLERS.names(), SCORERS.names(), METRICS.names()
+    for package, skip in (("controllers", ()), ("scorers", ()), ("framework.tasks.metrics", HELPER_MODULES)):
+        modules = package_modules(package, skip=skip)
+        assert modules and all(f"{package}.{m}" in sys.modules for m in modules), package
+    assert "jail" not in package_modules("framework.tasks.metrics", skip=HELPER_MODULES)
+    assert {"margin_topk", "oracle", "verified"} <= set(CONTROLLERS.names())
+    assert {"logprob", "sudoku_rules"} <= set(SCORERS.names()) and {"exact", "gsm8k"} <= set(METRICS.names())
+
+
+def test_a_controller_or_scorer_without_its_abstract_method_is_refused_at_registration():
+    from framework.engine.scorer import Scorer
+    from framework.tasks.metrics import Metric
+
+    class NoDecide(Controller):
+        """Forgot decide."""
+
+    class NoScore(Scorer):
+        """Forgot _score."""
+
+    class NoMetricScore(Metric):
+        """Forgot score."""
+
+    for base, cls, missing in ((Controller, NoDecide, "decide"), (Scorer, NoScore, "_score"),
+                               (Metric, NoMetricScore, "score")):
+        reg = Registry("plugin", base=base)
+        with pytest.raises(TypeError, match=rf"plugin 'x': .*{cls.__name__} does not implement {missing}, abstract in"):
+            reg.add("x", cls)
+        with pytest.raises(TypeError, match=missing):
+            cls()
+
+
+def test_param_names_is_public_and_the_old_private_name_still_works_with_a_warning():
+    import inspect
+
+    cls = CONTROLLERS.get("fast_dllm")
+    assert cls.param_names() == [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    assert set(cls.param_names()) == set(cls.params)
+    with pytest.warns(DeprecationWarning, match=r"_param_names\(\) is deprecated; call param_names\(\)"):
+        assert cls._param_names() == cls.param_names()

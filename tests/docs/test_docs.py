@@ -62,6 +62,33 @@ def test_extending_examples_run_and_conform():
         SCORERS._table.pop("short", None)
 
 
+def test_the_nesting_example_runs_keeps_its_child_memory_prefixed_and_conforms():
+    """docs/extending.md's wrapper is a Composite like any: its child's memory under "capped/inner/",
+    tuned together with it, and it passes the conformance suite (``implements`` included)."""
+    import re
+
+    import torch
+
+    from framework.engine.config import DecodeConfig
+    from framework.engine.controller import CONTROLLERS, DecodeState
+    from framework.testing.conformance import check_controller
+    from framework.tuning.space import tuned_space
+
+    section = (ROOT / "docs" / "extending.md").read_text().split("## A controller built from others", 1)[1]
+    block = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], flags=re.S)
+    assert len(block) == 1
+    try:
+        exec(compile(block[0], "extending-nesting", "exec"), {"__name__": "docs_example_nesting"})
+        capped = CONTROLLERS.get("capped").build(inner="margin_topk", inner_params={"adapt": True})
+        state = DecodeState(config=DecodeConfig(gen_length=4), seeds=torch.zeros(2, dtype=torch.long), mask_token_id=15)
+        capped.reset(state)
+        assert set(state.memory) == {"capped/inner/margin_topk.eta"}
+        assert set(tuned_space(CONTROLLERS.get("capped"))) == {"k_max", "inner.threshold"}
+        check_controller("capped")
+    finally:
+        CONTROLLERS._table.pop("capped", None)
+
+
 def test_doc_examples_import_only_the_public_api():
     """Every Python example of docs/ and the README imports from ``framework`` itself (its ``__all__``),
     never from a module inside it: the public API is what the docs show."""

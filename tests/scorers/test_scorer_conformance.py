@@ -71,5 +71,23 @@ def test_suite_catches_logic_in_init_and_unvalidated_params():
         def __init__(self, n: int = 2) -> None:
             self.n = [n]
 
+        def _score(self, c, ctx):
+            return -c.decided.float().mean(1)
+
     with pytest.raises(ScorerConformanceError, match="does not store n as given"):
         check_scorer(Sloppy)
+
+
+def test_suite_catches_a_scorer_without_score():
+    from framework.engine.scorer import Scorer
+
+    class Blank(Scorer):
+        """never scores"""
+
+        params: dict = {}
+
+        def __init__(self) -> None:
+            pass
+
+    with pytest.raises(ScorerConformanceError, match=r"^Blank: does not implement _score \(abstract in Scorer\)$"):
+        check_scorer(Blank)

@@ -170,15 +170,15 @@ class Lookahead(Configurable):
     # ------------------------------------------------------------------ the three parts
     def branching(self) -> Branching:
         """Which candidates: the part built from this lookahead's keys."""
-        return Branching(**{k: getattr(self, k) for k in Branching._param_names()})
+        return Branching(**{k: getattr(self, k) for k in Branching.param_names()})
 
     def rollout_rule(self) -> Rollout:
         """How a candidate is rolled out: the part built from this lookahead's keys."""
-        return Rollout(**{k: getattr(self, k) for k in Rollout._param_names()})
+        return Rollout(**{k: getattr(self, k) for k in Rollout.param_names()})
 
     def ranking(self, scorer: "Scorer | str | None" = None) -> Ranking:
         """How the rollouts are ranked: the part built from this lookahead's keys (``scorer`` given: built)."""
-        keys = {k: getattr(self, k) for k in Ranking._param_names() if k != "scorer"}
+        keys = {k: getattr(self, k) for k in Ranking.param_names() if k != "scorer"}
         return Ranking(scorer=self.scorer if scorer is None else scorer, **keys)
 
     def check_combination(self) -> None:

@@ -10,11 +10,13 @@ gives its figures, headline first, each in [0, 1]. One module per family:
 * :mod:`.overlap`      ``bleu`` (sacrebleu), ``rouge`` (rouge-score)
 * :mod:`.execution`    ``code`` (pass@1 in an isolated subprocess: :mod:`.sandbox`, :mod:`.jail`)
 
-Third-party packages add metrics through the ``adaptive_decoding.answer_metrics`` entry-point group
-(docs/metrics.md).
+Every module of this package but the helpers in :data:`HELPER_MODULES` is imported
+(:func:`framework.core.registry.discover_plugins`), so a new metric family is one new file with
+``@METRICS.register`` classes: nothing lists the metric modules. Third-party packages add metrics
+through the ``adaptive_decoding.answer_metrics`` entry-point group (docs/metrics.md).
 """
 
-from framework.tasks.metrics import answers, execution, gsm8k, mathverify, overlap  # noqa: F401  (register)
+from framework.core.registry import discover_plugins
 from framework.tasks.metrics.base import (
     METRICS,
     Metric,
@@ -22,5 +24,11 @@ from framework.tasks.metrics.base import (
     get_metric,
     require,
 )
+
+#: modules that register no metric: the contract, and the sandbox's two sides (``jail`` runs as a
+#: script in the sandboxed child and is never imported)
+HELPER_MODULES = ("base", "jail", "sandbox")
+
+discover_plugins(__name__, skip=HELPER_MODULES)
 
 __all__ = ["METRICS", "Metric", "MissingDependencyError", "get_metric", "require"]

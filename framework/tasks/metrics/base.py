@@ -10,6 +10,7 @@ entry-point group.
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -22,8 +23,8 @@ class MissingDependencyError(ParameterError):
     """A metric's optional package is not installed; the message names the pip extra to install."""
 
 
-class Metric(Configurable):
-    """Base of every metric: :meth:`score` one output text against one example."""
+class Metric(Configurable, ABC):
+    """Base of every metric: :meth:`score` (the one abstract method) one output text against one example."""
 
     #: the figures :meth:`scores` reports, headline first
     figures: ClassVar[tuple[str, ...]] = ("score",)
@@ -31,9 +32,9 @@ class Metric(Configurable):
     requires: ClassVar[tuple[str, ...]] = ()
     extra: ClassVar[str] = "text"
 
-    def score(self, output: str, example: Example) -> float:  # pragma: no cover
+    @abstractmethod
+    def score(self, output: str, example: Example) -> float:
         """1.0 for a correct ``output``, 0.0 for a wrong one (graded metrics return a value between)."""
-        raise NotImplementedError
 
     def scores(self, output: str, example: Example) -> dict[str, float]:
         """Every figure of this metric for one output, headline first (default: ``score`` alone)."""
