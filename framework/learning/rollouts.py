@@ -11,7 +11,7 @@ import torch
 
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
-from framework.engine.controller import DecodeState
+from framework.engine.controller import DecodeState, stay_limit_of
 from framework.engine.controller_io import build_controller
 from framework.engine.features import StepFeatures
 from framework.engine.loop import decode
@@ -89,6 +89,15 @@ class StepRecorder:
     def verifies(self) -> bool:
         """The loop gives hidden-slot probabilities to a recorded controller that asks for them."""
         return bool(getattr(self.inner, "verifies", False))
+
+    def stay_limit(self) -> int:
+        """The recorded controller's edits (:meth:`Controller.stay_limit`): the loop bounds them the same."""
+        return stay_limit_of(self.inner)
+
+    @property
+    def default_block_add_threshold(self) -> Optional[float]:
+        """The recorded controller's multi-block default (``d3llm``'s 0.1): the same window is recorded."""
+        return getattr(self.inner, "default_block_add_threshold", None)
 
     def reset(self, state: DecodeState) -> None:
         self.inner.reset(state)
