@@ -18,6 +18,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar, Mapping, Optional, Sequence
 
 
+class StopDecoding(Exception):
+    """Raised to stop a decode (a job's deadline): passed on by every fallback that would otherwise
+    absorb a plug-in's failure (the lookahead's), so the stop is not delayed to a later forward."""
+
+
 class ParameterError(ValueError):
     """An invalid parameter value or combination; the message names the flag to change."""
 

@@ -8,7 +8,7 @@ from typing import Sequence
 
 import torch
 
-from framework.core.params import ParameterError
+from framework.core.params import ParameterError, StopDecoding
 from framework.tasks.prompts import LineProblem
 
 MAX_REASON = 500
@@ -30,7 +30,7 @@ class OutputFileError(ValueError):
     """The output file cannot be resumed safely (corrupt row, other settings, locked)."""
 
 
-class DeadlineExceeded(Exception):
+class DeadlineExceeded(StopDecoding):
     """Raised before a forward pass once the batch's item deadline or the job deadline passed."""
 
     def __init__(self, kind: str, limit_s: float, elapsed_s: float) -> None:

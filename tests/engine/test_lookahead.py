@@ -9,7 +9,7 @@ import logging
 import pytest
 import torch
 
-from framework.core.params import ParameterError
+from framework.core.params import ParameterError, StopDecoding
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext, MissingContextError
 from framework.engine.controller import Controller, Decision, DecodeState
@@ -317,6 +317,19 @@ def test_fallback_keeps_decoding_when_the_scorer_raises(caplog):
     assert "scorer exploded" in caplog.text and "fall back" in caplog.text
     assert res.lookahead_nfe.tolist() == [3, 3]  # forwards spent before the failure still count
     assert int(res.nfe.sum()) == m.rows_seen
+
+
+class Stops(Exploding):
+    def _score(self, c, ctx):
+        raise StopDecoding("the job's deadline passed")
+
+
+def test_a_stop_inside_the_lookahead_is_not_absorbed_by_its_fallback():
+    """A deadline (:class:`StopDecoding`) raised during the search stops the decode now; any other
+    failure falls back (the test above)."""
+    with pytest.raises(StopDecoding, match="deadline"):
+        decode(garden(), [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3),
+               lookahead=lookahead(scorer=Stops(), width=3, hold=False, rescore="none"))
 
 
 class RaisesInRollouts(Branchy):

@@ -41,7 +41,7 @@ from typing import Any, Optional
 
 import torch
 
-from framework.core.params import Configurable, Param, ParameterError
+from framework.core.params import Configurable, Param, ParameterError, StopDecoding
 from framework.engine.controller import Decision, DecodeState
 from framework.engine.features import StepFeatures
 from framework.engine.lookahead.candidates import Branching, CandidatePlan
@@ -225,6 +225,8 @@ class Lookahead(Configurable):
             if plan is None:
                 return out
             found = self._search(model, x, attn, feats, commit, tokens, state, plan, spent, controller)
+        except StopDecoding:
+            raise
         except Exception as exc:  # noqa: BLE001 - any plug-in failure falls back, logged
             rows = wanted.nonzero().squeeze(1).tolist()
             logger.warning("lookahead failed (%s: %s); rows %s fall back to plain decoding this step",
