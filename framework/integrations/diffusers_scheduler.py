@@ -178,7 +178,7 @@ class FrameworkScheduler(SchedulerMixin, ConfigMixin):
             kept = [k for k in self.config.get("_use_default_values", []) if k not in ("controller", "controller_params")]
             self.register_to_config(controller=controller.display_name(), controller_params=controller.get_params(),
                                     _use_default_values=kept)
-        self.decode_options = check_decode_options(gen_length, decode)
+        self.decode_options = one_block_at_a_time(self.controller, check_decode_options(gen_length, decode))
         self.context: Optional[DecodeContext] = None  # per-call facts some controllers read (oracle's reference)
         self.num_inference_steps = 0
         self.timesteps = torch.zeros(0, dtype=torch.long)
@@ -336,7 +336,22 @@ def check_decode_options(gen_length: Optional[int], decode: Optional[Mapping[str
     if options.get("cache", "none") != "none":
         raise ParameterError(f"decode cache={options['cache']!r}: LLaDA2Pipeline runs every forward over the "
                              f"window itself; allowed: none")
+    if options.get("block_add_threshold") not in (None, 1.0):
+        raise ParameterError(f"decode block_add_threshold={options['block_add_threshold']!r}: LLaDA2Pipeline "
+                             f"decodes one block at a time; allowed: 1.0 or null")
     DecodeConfig.build(gen_length=1 if gen_length is None else gen_length, **options)
+    return options
+
+
+def one_block_at_a_time(controller: Controller, options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` with ``block_add_threshold=1.0`` where the controller's default opens several blocks
+    (``d3llm``'s multi-block decoding), with a warning: the pipeline's window is its one block."""
+    default = getattr(controller, "default_block_add_threshold", None)
+    if options.get("block_add_threshold") is None and default is not None and default < 1.0:
+        warnings.warn(f"{controller.display_name()} opens several blocks by default (block_add_threshold="
+                      f"{default}); LLaDA2Pipeline decodes one block at a time, so it runs with 1.0 here",
+                      UserWarning, stacklevel=3)
+        return {**options, "block_add_threshold": 1.0}
     return options
 
 

@@ -138,8 +138,12 @@ def test_every_registered_controller_runs_in_the_pipeline_as_in_decode(models, n
     den, _ = models
     params = conformance_params_of(CONTROLLERS.get(name))
     for prompt in ([30, 31, 32, 33], [8, 9, 10, 11]):
-        G, cfg = 16, DecodeConfig(gen_length=16)
-        scheduler = FrameworkScheduler(name, params, gen_length=G, block_length=BS)
+        several = (getattr(CONTROLLERS.get(name), "default_block_add_threshold", None) or 1.0) < 1.0
+        G, cfg = 16, DecodeConfig(gen_length=16, block_add_threshold=1.0 if several else None)
+        with warnings.catch_warnings(record=True) as warned:  # d3llm: one block at a time in the pipeline
+            warnings.simplefilter("always")
+            scheduler = FrameworkScheduler(name, params, gen_length=G, block_length=BS)
+        assert several == any("decodes one block at a time" in str(w.message) for w in warned)
         pipe = pipeline(den, scheduler)
         try:
             ctrl = build_controller(name, **params)
@@ -331,3 +335,9 @@ def test_the_docs_example_runs():
     section = text.split("## diffusers", 1)[1]
     code = re.search(r"```python\n(.*?)```", section, flags=re.S).group(1)
     exec(compile(code, "docs/models.md", "exec"), {})
+
+
+def test_multi_block_decoding_is_refused_by_name_before_any_forward():
+    """The pipeline's window is one block: an explicit ``block_add_threshold`` below 1 is refused."""
+    with pytest.raises(ParameterError, match=r"block_add_threshold=0\.1.*one block at a time.*allowed: 1\.0"):
+        FrameworkScheduler("d3llm", gen_length=16, block_length=BS, decode={"block_add_threshold": 0.1})
