@@ -36,7 +36,7 @@ EARLIER_DEFAULTS = dict(width=4, rollout="threshold", max_depth=8, rescore="pll"
 
 def lookahead(**params) -> Lookahead:
     """A lookahead with :data:`EARLIER_DEFAULTS` under ``params``."""
-    return Lookahead(**{**EARLIER_DEFAULTS, **params})
+    return Lookahead.build(**{**EARLIER_DEFAULTS, **params})
 
 
 def garden():

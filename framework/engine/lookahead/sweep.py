@@ -37,7 +37,7 @@ def lookahead_sweep(
     settings += [(w, d) for w in widths for d in depths]
     rows = []
     for w, d in settings:
-        la = None if w == 0 else Lookahead(scorer=scorer, width=w, max_depth=d, **lookahead_params)
+        la = None if w == 0 else Lookahead.build(scorer=scorer, width=w, max_depth=d, **lookahead_params)
         rows.append({"width": w, "depth": d, **_sweep_point(loaded, task, controller, config, la, examples,
                                                             batch_size)})
     return rows
