@@ -148,6 +148,12 @@ class Lookahead(Configurable):
         return [*FLAT_KEYS, "budget"]
 
     @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of a flat key (its part's) or of ``budget``."""
+        part = FLAT_KEYS.get(name)
+        return PARTS[part].default(name) if part is not None else super().default(name)
+
+    @classmethod
     def build(cls, **params: Any) -> "Lookahead":
         """Construct from flat keys, each routed to its part, and validate; an unknown key fails listing
         the known ones, a renamed key naming its new name."""
