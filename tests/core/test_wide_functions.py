@@ -25,8 +25,6 @@ MAX_PARAMETERS = 8
 ALLOWED: dict[str, str] = {
     "framework/integrations/diffusers_scheduler.py:FrameworkScheduler.step":
         "diffusers' scheduler contract: LLaDA2Pipeline calls step() with these keywords",
-    "framework/engine/features.py:compute_features":
-        "engine: being changed by another engineer concurrently; to be grouped next (a features options object)",
     "framework/engine/lookahead/facade.py:Lookahead.refine":
         "engine: being changed concurrently (the lookahead's per-step call), to be grouped with its __init__",
     "framework/engine/lookahead/sweep.py:lookahead_sweep":

@@ -349,15 +349,15 @@ def test_rollouts_never_touch_the_controllers_memory():
     state = DecodeState(config=DecodeConfig(gen_length=3), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=9)
     ctrl.reset(state)
     x = torch.tensor([[7, 9, 9, 9]])
-    from framework.engine.features import compute_features
+    from framework.engine.features import FeatureOptions, StepWindow, compute_features
 
     logits = f_model(x)
     rel = torch.arange(4)[None] - 1
     masked = x == 9
-    f = compute_features(logits, eligible=masked, masked=masked, rel=rel, gen_length=3,
-                         block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), 3),
-                         block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), 3),
-                         step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    zero = torch.zeros(1, dtype=torch.long)
+    window = StepWindow(eligible=masked, masked=masked, rel=rel, block_start=zero, block_end=torch.full((1,), 3),
+                        block_index=zero, block_masked_at_start=torch.full((1,), 3), step=zero, block_step=zero)
+    f = compute_features(logits, window, FeatureOptions(gen_length=3))
     d = ctrl.decide(f, state)
     before = {k: v.clone() for k, v in state.memory.items()}
     d.depth = torch.tensor([2])
@@ -368,14 +368,15 @@ def test_rollouts_never_touch_the_controllers_memory():
 
 
 def _features(m, x):
-    from framework.engine.features import compute_features
+    from framework.engine.features import FeatureOptions, StepWindow, compute_features
 
     g = x.shape[1] - 1
     masked = x == m.mask_token_id
-    return compute_features(m(x), eligible=masked, masked=masked, rel=torch.arange(x.shape[1])[None] - 1, gen_length=g,
-                            block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), g),
-                            block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), g),
-                            step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    zero = torch.zeros(1, dtype=torch.long)
+    window = StepWindow(eligible=masked, masked=masked, rel=torch.arange(x.shape[1])[None] - 1, block_start=zero,
+                        block_end=torch.full((1,), g), block_index=zero, block_masked_at_start=torch.full((1,), g),
+                        step=zero, block_step=zero)
+    return compute_features(m(x), window, FeatureOptions(gen_length=g))
 
 
 def test_candidate_set_design_top_alternatives_joint_and_capped():
