@@ -547,13 +547,15 @@ def _untrained(task_name):
 
 
 def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
-    from framework.engine.lookahead.sweep import lookahead_sweep
+    from framework.engine.lookahead.sweep import SweepGrid, lookahead_sweep
+    from framework.tasks.options import ExampleDraw
 
     task, loaded = _untrained("pairs")
     cfg = DecodeConfig(gen_length=task.gen_length)
     earlier = {k: v for k, v in EARLIER_DEFAULTS.items() if k not in ("width", "max_depth")}
-    rows = lookahead_sweep(loaded, task, ladder(), cfg, scorer="logprob:1,repetition:1", widths=(2,), depths=(1, 3),
-                           n=6, batch_size=4, **{**earlier, "budget": 6})
+    la = Lookahead.build(scorer="logprob:1,repetition:1", **{**earlier, "budget": 6})
+    rows = lookahead_sweep(loaded, task, ladder(), cfg, lookahead=la, grid=SweepGrid.build(widths=[2], depths=[1, 3]),
+                           draw=ExampleDraw.build(n=6, batch_size=4))
     assert [(r["width"], r["depth"]) for r in rows] == [(0, 0), (2, 1), (2, 3)]
     assert rows[0]["lookahead_nfe"] == 0 and rows[0]["fallbacks"] == 0
     for r in rows[1:]:
