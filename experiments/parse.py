@@ -428,7 +428,7 @@ def _check_lookahead(c: _Checker, look: dict, where: str) -> None:
     except ImportError as exc:
         c.add(where, f"lookahead needs framework.engine.lookahead and framework.engine.scorer, which cannot be imported ({exc})")
         return
-    known = Lookahead.param_names()
+    known = Lookahead.flat_keys()
     c.keys(look, [k for k in known if k != "context"], where)
     for k, v in look.items():
         if k in Lookahead.params:

@@ -61,13 +61,21 @@ def _registry(kind: str):
 
 
 def _defaults(obj) -> dict:
+    """The constructor's defaults, and those of declared parameters it takes grouped (the lookahead's
+    flat keys, whose defaults are its parts': ``Lookahead.default``)."""
     import inspect
 
     try:
         sig = inspect.signature(obj.__init__)
     except (TypeError, ValueError):
         return {}
-    return {k: v.default for k, v in sig.parameters.items() if v.default is not inspect.Parameter.empty}
+    out = {k: v.default for k, v in sig.parameters.items() if v.default is not inspect.Parameter.empty}
+    for k in [k for k in getattr(obj, "params", {}) if k not in sig.parameters and hasattr(obj, "default")]:
+        try:
+            out[k] = obj.default(k)
+        except (KeyError, TypeError):  # a parameter no constructor declares: no default to show
+            pass
+    return out
 
 
 NESTING = """**Nesting.** A parameter whose allowed value is a controller spec (`base`, `controllers`, `commit`,

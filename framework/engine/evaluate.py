@@ -144,17 +144,31 @@ def evaluate(
         peak = max(peak, pm.peak_mb)
         if r == 0:
             texts, results = out_texts, out_results
-    return summarise(task, examples, texts, results, config, strategy=strategy or controller.display_name(),
-                     lookahead=lookahead, seconds=median(times), peak_mb=peak, tokenizer=loaded.tokenizer)
+    decoded = Decoded(examples=examples, texts=texts, results=results, seconds=median(times), peak_mb=peak)
+    return summarise(task, decoded, config, strategy=strategy or controller.display_name(), lookahead=lookahead,
+                     tokenizer=loaded.tokenizer)
 
 
-def summarise(task: Any, examples: Sequence[Any], texts: Sequence[str], results: Sequence[DecodeResult],
-              config: DecodeConfig, *, strategy: str, lookahead: Any, seconds: float, peak_mb: float,
+@dataclass
+class Decoded:
+    """What an evaluation decoded: the ``examples``, their ``texts`` (one per example, in order), the
+    batches' ``results``, the wall ``seconds`` (the median over repeats) and the peak memory ``peak_mb``."""
+
+    examples: Sequence[Any]
+    texts: Sequence[str]
+    results: Sequence[DecodeResult]
+    seconds: float
+    peak_mb: float
+
+
+def summarise(task: Any, decoded: Decoded, config: DecodeConfig, *, strategy: str, lookahead: Any,
               tokenizer: Any = None) -> EvalResult:
-    """The :class:`EvalResult` of decoded ``texts`` (one per example, in order) and their batches'
-    ``results``: exact-match accuracy, NFE, tokens per forward (pooled and per-sample mean),
-    ``seconds`` per token, and the ``extra`` figures. ``tokenizer`` decodes prefixes where a task's
-    stop string ends an answer before its end-of-text (without one, answers end at end-of-text)."""
+    """The :class:`EvalResult` of the ``decoded`` texts and their batches' results: exact-match
+    accuracy, NFE, tokens per forward (pooled and per-sample mean), seconds per token, and the
+    ``extra`` figures. ``tokenizer`` decodes prefixes where a task's stop string ends an answer before
+    its end-of-text (without one, answers end at end-of-text)."""
+    examples, texts, results = decoded.examples, decoded.texts, decoded.results
+    seconds, peak_mb = decoded.seconds, decoded.peak_mb
     nfe = torch.cat([x.nfe for x in results]).float()
     steps = torch.cat([x.steps for x in results])
     la = torch.cat([x.lookahead_nfe for x in results]).float()

@@ -29,6 +29,8 @@ from typing import Optional
 
 import torch
 
+from framework.core.options import Options
+from framework.core.params import Param
 from framework.core.rng import uniform_at
 
 #: the salt of the sampling uniforms (``uniform_at(seed, step, SAMPLE_SALT, position)``); changing
@@ -168,50 +170,76 @@ def sample_tokens(
     return _window_stats(logits, u, temperature, chunk)[3]
 
 
-def compute_features(
-    logits: torch.Tensor,
-    *,
-    eligible: torch.Tensor,
-    masked: torch.Tensor,
-    rel: torch.Tensor,
-    gen_length: int,
-    block_start: torch.Tensor,
-    block_end: torch.Tensor,
-    block_index: torch.Tensor,
-    block_masked_at_start: torch.Tensor,
-    step: torch.Tensor,
-    block_step: torch.Tensor,
-    temperature: float = 0.0,
-    seeds: Optional[torch.Tensor] = None,
-    keep_logits: bool = True,
-    window_index: Optional[torch.Tensor] = None,
-    n_masked: Optional[torch.Tensor] = None,
-    block_of: Optional[torch.Tensor] = None,
-) -> StepFeatures:
+@dataclass
+class StepWindow:
+    """The step's window, what :func:`compute_features` reads besides the logits.
+
+    Per position ``[B, W]``: ``eligible`` (may be committed now), ``masked``, ``rel`` (index in the
+    generation), ``window_index`` (each slot's canvas column; ``None``: the identity, a window that is
+    the whole canvas) and ``block_of`` (each slot's block relative to the first active one; ``None``:
+    0, the window is one block). Per row ``[B]``: ``block_start``/``block_end`` (bounding the whole
+    window either way), ``block_index``, ``block_masked_at_start``, ``step``, ``block_step``, ``seeds``
+    (needed at temperature > 0) and ``n_masked`` (masked generation positions outside the window too;
+    ``None``: those in it).
+    """
+
+    eligible: torch.Tensor
+    masked: torch.Tensor
+    rel: torch.Tensor
+    block_start: torch.Tensor
+    block_end: torch.Tensor
+    block_index: torch.Tensor
+    block_masked_at_start: torch.Tensor
+    step: torch.Tensor
+    block_step: torch.Tensor
+    seeds: Optional[torch.Tensor] = None
+    window_index: Optional[torch.Tensor] = None
+    n_masked: Optional[torch.Tensor] = None
+    block_of: Optional[torch.Tensor] = None
+
+
+@dataclass(repr=False, eq=False)
+class FeatureOptions(Options):
+    """How the features are computed: ``gen_length`` G (``frac_masked`` = masked / G; the default is
+    :class:`~framework.engine.config.DecodeConfig`'s), ``temperature`` T (> 0: x0 is a sample of
+    softmax(z / T)) and ``keep_logits`` (keep the window's logits on :class:`StepFeatures`). The loop
+    builds it from its validated ``DecodeConfig`` each step."""
+
+    section = "features"
+    params = {
+        "gen_length": Param(int, low=1, doc="generation length G (frac_masked = masked / G)"),
+        "temperature": Param(float, low=0.0, doc="sampling temperature T (0 = argmax)"),
+        "keep_logits": Param(bool, doc="keep the window's logits on the features"),
+    }
+
+    gen_length: int = 32
+    temperature: float = 0.0
+    keep_logits: bool = True
+
+
+def compute_features(logits: torch.Tensor, window: StepWindow, options: FeatureOptions) -> StepFeatures:
     """Build :class:`StepFeatures` from the window's logits ``[B, W, V]``.
 
     The window is what the step can commit (each row's current block, gathered per row by the
-    loop); every per-position argument is ``[B, W]`` in the same order. ``window_index`` gives
-    each slot's canvas column (default: the identity, a window that is the whole canvas) and
-    ``n_masked`` the row's masked generation positions outside the window too (default: those in
-    it) and ``block_of`` each slot's block relative to the first active one (default 0: the window is
-    one block; ``block_start``/``block_end`` bound the whole window either way). At ``temperature > 0`` the prediction is a sample of ``softmax(logits / T)``
-    (:func:`sample_tokens`) and ``confidence = p(x0)`` under the un-tempered softmax, as LLaDA does.
+    loop); every per-position tensor of ``window`` is ``[B, W]`` in the same order (see
+    :class:`StepWindow` for each and its default). At ``options.temperature > 0`` the prediction is a
+    sample of ``softmax(logits / T)`` (:func:`sample_tokens`) and ``confidence = p(x0)`` under the
+    un-tempered softmax, as LLaDA does.
     """
-    x0, confidence, stats = _predictions(logits, temperature, seeds, step, rel)
-    blen = (block_end - block_start).clamp(min=1).float()
-    pos_in_block = ((rel - block_start[:, None]).float() / blen[:, None]).clamp(0.0, 1.0)
-    n_masked = masked.sum(1) if n_masked is None else n_masked
-    if window_index is None:
-        window_index = torch.arange(x0.shape[1], device=x0.device).expand_as(x0)
-    if block_of is None:
-        block_of = torch.zeros_like(x0)
+    w = window
+    x0, confidence, stats = _predictions(logits, float(options.temperature), w.seeds, w.step, w.rel)
+    blen = (w.block_end - w.block_start).clamp(min=1).float()
+    pos_in_block = ((w.rel - w.block_start[:, None]).float() / blen[:, None]).clamp(0.0, 1.0)
+    n_masked = w.masked.sum(1) if w.n_masked is None else w.n_masked
+    window_index = torch.arange(x0.shape[1], device=x0.device).expand_as(x0) if w.window_index is None \
+        else w.window_index
+    block_of = torch.zeros_like(x0) if w.block_of is None else w.block_of
     return StepFeatures(
-        x0=x0, confidence=confidence, eligible=eligible, masked=masked, position=rel,
-        position_in_block=pos_in_block, frac_masked=n_masked.float() / float(gen_length), step=step,
-        block_step=block_step, block_index=block_index, block_start=block_start, block_end=block_end,
-        block_masked_at_start=block_masked_at_start, n_eligible=eligible.sum(1), window_index=window_index,
-        logits=logits if keep_logits else None, block_of=block_of, **stats,
+        x0=x0, confidence=confidence, eligible=w.eligible, masked=w.masked, position=w.rel,
+        position_in_block=pos_in_block, frac_masked=n_masked.float() / float(options.gen_length), step=w.step,
+        block_step=w.block_step, block_index=w.block_index, block_start=w.block_start, block_end=w.block_end,
+        block_masked_at_start=w.block_masked_at_start, n_eligible=w.eligible.sum(1), window_index=window_index,
+        logits=logits if options.keep_logits else None, block_of=block_of, **stats,
     )
 
 

@@ -169,8 +169,8 @@ def decode(
             a masked position is where decoding starts.
     """
     config = config_for_model(config or DecodeConfig(), model)
-    run = start_run(model, prompts, controller, config, seeds=seeds, lookahead=lookahead, trace=trace,
-                    context=context, initial=initial)
+    run = start_run(model, prompts, controller, config, CallInputs(seeds=seeds, lookahead=lookahead, trace=trace,
+                                                                  context=context, initial=initial))
     # ≥ 1 commit a step, ≤ budget re-masks, ≤ stay_limit steps without a mask in each block
     max_steps = (config.gen_length + 1) * (1 + stay_limit_of(controller)) + config.effective_remask_budget
     handoff = Handoff()  # forwards the last step's lookahead ran on the canvas the next step decodes
@@ -182,9 +182,23 @@ def decode(
     return finish(run)
 
 
-def start_run(model: Any, prompts: Sequence[Sequence[int]], controller: Controller, config: DecodeConfig, *,
-              seeds: Any, lookahead: Any, trace: bool, context: DecodeContext | None, initial: Any) -> Run:
-    """Lay out the canvas, build the state (with its context) and reset the controller."""
+@dataclass
+class CallInputs:
+    """What one :func:`decode` call brings besides the model, prompts, controller and config: the rows'
+    ``seeds``, the ``lookahead``, whether to ``trace``, the call's ``context`` and the ``initial``
+    generation (each as :func:`decode` documents it; ``None``: its default)."""
+
+    seeds: Any = None
+    lookahead: Any = None
+    trace: bool = False
+    context: Optional[DecodeContext] = None
+    initial: Any = None
+
+
+def start_run(model: Any, prompts: Sequence[Sequence[int]], controller: Controller, config: DecodeConfig,
+              call: CallInputs) -> Run:
+    """Lay out the canvas, build the state (with the ``call``'s context) and reset the controller."""
+    seeds, lookahead, trace, context, initial = call.seeds, call.lookahead, call.trace, call.context, call.initial
     device = model_device(model)
     t_start = synced_clock(device)
     mask_id = int(model.mask_token_id)

@@ -39,7 +39,7 @@ from framework.engine.denoise import (
     token_logprob,
     verification_logits,
 )
-from framework.engine.features import StepFeatures, compute_features
+from framework.engine.features import FeatureOptions, StepFeatures, StepWindow, compute_features
 from framework.engine.selection import ensure_progress
 
 
@@ -415,13 +415,14 @@ def features(run: Run, w: Window, fwd: Forward) -> StepFeatures:
     """The step's features on the window, with the revocable slots and, for a verifying controller,
     p(token) with the slot hidden (``verify_prob``, ``verify_top_prob``)."""
     c = run.counters
-    feats = compute_features(
-        fwd.logits, eligible=w.eligible, masked=w.eligible, rel=w.rel, gen_length=run.config.gen_length,
-        block_start=w.start, block_end=w.start + w.length, block_index=w.sub(c.block_index),
-        block_masked_at_start=w.sub(c.block_masked_at_start), step=w.sub(c.steps),
-        block_step=w.sub(c.block_step), temperature=run.config.temperature, seeds=w.sub(run.state.seeds),
-        window_index=w.cols, n_masked=w.n_masked, block_of=w.block_of,
+    window = StepWindow(
+        eligible=w.eligible, masked=w.eligible, rel=w.rel, block_start=w.start, block_end=w.start + w.length,
+        block_index=w.sub(c.block_index), block_masked_at_start=w.sub(c.block_masked_at_start), step=w.sub(c.steps),
+        block_step=w.sub(c.block_step), seeds=w.sub(run.state.seeds), window_index=w.cols, n_masked=w.n_masked,
+        block_of=w.block_of,
     )
+    options = FeatureOptions(gen_length=run.config.gen_length, temperature=run.config.temperature)
+    feats = compute_features(fwd.logits, window, options)
     feats.revocable = w.revocable
     if fwd.shadow is not None:
         feats.verify_prob, feats.verify_top_prob = verification(

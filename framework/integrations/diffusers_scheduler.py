@@ -56,7 +56,7 @@ from framework.engine.controller import Controller
 from framework.engine.controller_io import build_controller
 from framework.engine.denoise import suppress_mask_logit, verification_logits, window_logits
 from framework.engine.layout import config_for_model, model_block_size
-from framework.engine.loop import DecodeResult, finish, model_device, start_run
+from framework.engine.loop import CallInputs, DecodeResult, finish, model_device, start_run
 from framework.engine.step import (
     Cost,
     Forward,
@@ -263,8 +263,7 @@ class FrameworkScheduler(SchedulerMixin, ConfigMixin):
                                        "temperature": temperature})
         config = config_for_model(config, den)
         prompts = obs.input_ids[:, :P].tolist()
-        self._run = start_run(den, prompts, self.controller, config, seeds=None, lookahead=None, trace=False,
-                              context=self.context, initial=None)
+        self._run = start_run(den, prompts, self.controller, config, CallInputs(context=self.context))
         self._temperature = temperature
 
     def _check_canvas(self, obs: Observation, sample: torch.Tensor, c0: int) -> None:

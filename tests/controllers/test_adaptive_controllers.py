@@ -18,7 +18,7 @@ from framework.core.params import ParameterError
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import CONTROLLERS, DecodeState
 from framework.engine.controller_io import build_controller
-from framework.engine.features import compute_features
+from framework.engine.features import FeatureOptions, StepWindow, compute_features
 from framework.engine.loop import decode
 from framework.testing.toys import ToyDenoiser
 
@@ -38,12 +38,11 @@ def feats(conf, eligible=None, x0=None, masked=None, block_step=0, block=None, s
     probs.scatter_(2, x0[..., None], conf[..., None])
     start, end = block if block is not None else (0, l)
     full = lambda v: torch.full((b,), v, dtype=torch.long)  # noqa: E731
-    return compute_features(
-        probs.log().float(), eligible=eligible, masked=masked,
-        rel=torch.arange(l)[None].expand(b, l), gen_length=l, block_start=full(start), block_end=full(end),
-        block_index=full(0), block_masked_at_start=eligible.sum(1), step=full(step if step is not None else block_step),
-        block_step=full(block_step),
-    )
+    window = StepWindow(eligible=eligible, masked=masked, rel=torch.arange(l)[None].expand(b, l),
+                        block_start=full(start), block_end=full(end), block_index=full(0),
+                        block_masked_at_start=eligible.sum(1), step=full(step if step is not None else block_step),
+                        block_step=full(block_step))
+    return compute_features(probs.log().float(), window, FeatureOptions(gen_length=l))
 
 
 def state(batch=1, gen_length=8, block_length=None):

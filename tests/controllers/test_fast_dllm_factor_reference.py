@@ -25,7 +25,7 @@ import torch
 from framework.engine.config import DecodeConfig
 from framework.engine.controller import DecodeState
 from framework.engine.controller_io import build_controller
-from framework.engine.features import compute_features
+from framework.engine.features import FeatureOptions, StepWindow, compute_features
 from framework.engine.loop import decode
 from framework.testing.toys import ToyDenoiser
 
@@ -64,10 +64,10 @@ def features(conf: torch.Tensor, eligible: torch.Tensor):
     """StepFeatures whose ``confidence`` is exactly ``conf`` (float32) over ``eligible``."""
     b, l = conf.shape  # noqa: E741
     full = lambda v: torch.full((b,), v, dtype=torch.long)  # noqa: E731
-    f = compute_features(torch.zeros(b, l, V), eligible=eligible, masked=eligible,
-                         rel=torch.arange(l)[None].expand(b, l), gen_length=l, block_start=full(0),
-                         block_end=full(l), block_index=full(0), block_masked_at_start=eligible.sum(1),
-                         step=full(0), block_step=full(0))
+    window = StepWindow(eligible=eligible, masked=eligible, rel=torch.arange(l)[None].expand(b, l),
+                        block_start=full(0), block_end=full(l), block_index=full(0),
+                        block_masked_at_start=eligible.sum(1), step=full(0), block_step=full(0))
+    f = compute_features(torch.zeros(b, l, V), window, FeatureOptions(gen_length=l))
     return dataclasses.replace(f, confidence=conf.float())
 
 

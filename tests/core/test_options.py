@@ -10,6 +10,8 @@ import pytest
 from experiments.options import ExperimentOptions, ShardedEvaluation
 from framework.core.options import PathParam
 from framework.core.params import ParameterError
+from framework.engine.features import FeatureOptions
+from framework.engine.lookahead.sweep import SweepGrid
 from framework.jobs.options import JobOptions
 from framework.learning.options import DaggerVisit, PolicyOptions, RLOptions, ThresholdCalibration
 from framework.profiling.options import ProfileArch, ProfileOptions
@@ -18,7 +20,8 @@ from framework.training.options import CausalOptions, DenoiserOptions
 from framework.tuning.options import TuneOptions
 
 GROUPS = [PolicyOptions, TuneOptions, JobOptions, DenoiserOptions, CausalOptions, ProfileOptions, ExperimentOptions]
-SINGLE = [ExampleDraw, DaggerVisit, ThresholdCalibration, ProfileArch, ShardedEvaluation]
+SINGLE = [ExampleDraw, DaggerVisit, ThresholdCalibration, ProfileArch, ShardedEvaluation, FeatureOptions,
+          SweepGrid]
 
 
 @pytest.mark.parametrize("cls", GROUPS)
@@ -157,6 +160,9 @@ def test_single_groups_round_trip_and_refuse_unknown_names(cls):
     (lambda: CausalOptions.from_flat({"corrupt": 1.5}), r"recipe.corrupt=1.5 is out of range; allowed: number in \[0, 1\]"),
     (lambda: ExperimentOptions.from_flat({"resume": True, "overwrite": True}), "resume=True and overwrite=True exclude"),
     (lambda: ShardedEvaluation.build(repeats=0), "evaluation.repeats=0 is out of range"),
+    (lambda: FeatureOptions.build(gen_length=0), r"features.gen_length=0 is out of range; allowed: integer in \[1"),
+    (lambda: FeatureOptions.build(temperature=-1.0), r"features.temperature=-1.0 is out of range"),
+    (lambda: SweepGrid.build(widths=[2, 0]), r"sweep.widths=\[2, 0\] is not allowed; allowed: a list of integers ≥ 1"),
 ])
 def test_bad_values_of_the_new_groups_are_refused_naming_the_field(build, message):
     with pytest.raises(ParameterError, match=message):

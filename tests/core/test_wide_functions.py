@@ -25,22 +25,17 @@ MAX_PARAMETERS = 8
 ALLOWED: dict[str, str] = {
     "framework/integrations/diffusers_scheduler.py:FrameworkScheduler.step":
         "diffusers' scheduler contract: LLaDA2Pipeline calls step() with these keywords",
-    "framework/engine/features.py:compute_features":
-        "engine: being changed by another engineer concurrently; to be grouped next (a features options object)",
-    "framework/engine/lookahead/facade.py:Lookahead.__init__":
-        "engine: being changed concurrently; it re-declares its parts' keywords, to be grouped next",
     "framework/engine/lookahead/facade.py:Lookahead.refine":
-        "engine: being changed concurrently (the lookahead's per-step call), to be grouped with its __init__",
-    "framework/engine/lookahead/sweep.py:lookahead_sweep":
-        "engine: being changed concurrently",
+        "next: the loop's per-step call, all per-step data (the sub-batch's canvas, attention, features, decision, "
+        "commit, tokens, state and budget, the model and the controller), no settings; to be grouped with the "
+        "step's Window",
     "framework/engine/loop.py:decode":
-        "engine: the public decode(model, prompts, controller, config, ...) of every plugin and doc; being "
-        "changed concurrently",
-    "framework/engine/loop.py:start_run":
-        "engine: decode's set-up, the same arguments as decode; being changed concurrently",
+        "the public decode(model, prompts, controller, config, *, seeds, lookahead, trace, context, initial) that "
+        "plugins, docs and tests call by keyword: its settings are already one options object (DecodeConfig), the "
+        "five keywords are per-call inputs (start_run takes them as one CallInputs)",
     "framework/engine/evaluate.py:evaluate":
-        "engine: evaluate(model, task, controller, config, split, n, ...) mirrors decode's keywords; being "
-        "changed concurrently",
+        "next: split, n, batch_size and data_seed are an ExampleDraw (framework/tasks/options.py); its callers in "
+        "experiments, tuning, bench, the policy pipeline and tests pass them by keyword, to be moved together",
     "framework/models/arch/layers.py:MaskedDiffusionLM.forward":
         "a model forward: the tensors and cache handles of one call (Hugging Face's forward convention)",
     "framework/models/arch/layers.py:Block.forward_chunked":
@@ -62,8 +57,6 @@ ALLOWED: dict[str, str] = {
         "convention; a checkpoint reloads them by name)",
     "framework/training/causal_lm.py:CausalLMModule.__init__":
         "a LightningModule: its keywords are save_hyperparameters()'s checkpointed hparams",
-    "framework/engine/evaluate.py:summarise":
-        "engine: evaluate's figures from its decode, the same arguments; being changed concurrently",
     "framework/tuning/objective.py:run_worker":
         "the module-level target of spawned tuning processes: its arguments are pickled positionally to each "
         "worker (TuneSettings already groups the study's setup)",

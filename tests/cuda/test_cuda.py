@@ -116,8 +116,8 @@ def test_the_escalating_verifier_lookahead_on_the_device_scores_as_on_cpu():
         loaded = load_model("tiny-sudoku9", device=device, progress=False)
         ctrl = build_controller("confidence_ladder", base={"name": "margin_topk", "params": {"eta": 0.9}},
                                 depth_high=64, depth_mid=64, d_max=64)
-        la = Lookahead(scorer="sudoku_rules", width=2, max_depth=64, rollout="controller", rescore="none",
-                       advance=64, lazy=True, escalate=[0.99], budget=128)
+        la = Lookahead.build(scorer="sudoku_rules", width=2, max_depth=64, rollout="controller", rescore="none",
+                             advance=64, lazy=True, escalate=[0.99], budget=128)
         cfg = DecodeConfig.build(gen_length=81, block_length=81, seed=0)
         out[device] = evaluate(loaded, task, ctrl, cfg, n=24, batch_size=24, lookahead=la)
     cpu, gpu = out["cpu"], out[DEVICE]

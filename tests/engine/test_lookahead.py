@@ -36,7 +36,7 @@ EARLIER_DEFAULTS = dict(width=4, rollout="threshold", max_depth=8, rescore="pll"
 
 def lookahead(**params) -> Lookahead:
     """A lookahead with :data:`EARLIER_DEFAULTS` under ``params``."""
-    return Lookahead(**{**EARLIER_DEFAULTS, **params})
+    return Lookahead.build(**{**EARLIER_DEFAULTS, **params})
 
 
 def garden():
@@ -362,15 +362,15 @@ def test_rollouts_never_touch_the_controllers_memory():
     state = DecodeState(config=DecodeConfig(gen_length=3), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=9)
     ctrl.reset(state)
     x = torch.tensor([[7, 9, 9, 9]])
-    from framework.engine.features import compute_features
+    from framework.engine.features import FeatureOptions, StepWindow, compute_features
 
     logits = f_model(x)
     rel = torch.arange(4)[None] - 1
     masked = x == 9
-    f = compute_features(logits, eligible=masked, masked=masked, rel=rel, gen_length=3,
-                         block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), 3),
-                         block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), 3),
-                         step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    zero = torch.zeros(1, dtype=torch.long)
+    window = StepWindow(eligible=masked, masked=masked, rel=rel, block_start=zero, block_end=torch.full((1,), 3),
+                        block_index=zero, block_masked_at_start=torch.full((1,), 3), step=zero, block_step=zero)
+    f = compute_features(logits, window, FeatureOptions(gen_length=3))
     d = ctrl.decide(f, state)
     before = {k: v.clone() for k, v in state.memory.items()}
     d.depth = torch.tensor([2])
@@ -381,14 +381,15 @@ def test_rollouts_never_touch_the_controllers_memory():
 
 
 def _features(m, x):
-    from framework.engine.features import compute_features
+    from framework.engine.features import FeatureOptions, StepWindow, compute_features
 
     g = x.shape[1] - 1
     masked = x == m.mask_token_id
-    return compute_features(m(x), eligible=masked, masked=masked, rel=torch.arange(x.shape[1])[None] - 1, gen_length=g,
-                            block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), g),
-                            block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), g),
-                            step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    zero = torch.zeros(1, dtype=torch.long)
+    window = StepWindow(eligible=masked, masked=masked, rel=torch.arange(x.shape[1])[None] - 1, block_start=zero,
+                        block_end=torch.full((1,), g), block_index=zero, block_masked_at_start=torch.full((1,), g),
+                        step=zero, block_step=zero)
+    return compute_features(m(x), window, FeatureOptions(gen_length=g))
 
 
 def test_candidate_set_design_top_alternatives_joint_and_capped():
@@ -559,13 +560,15 @@ def _untrained(task_name):
 
 
 def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
-    from framework.engine.lookahead.sweep import lookahead_sweep
+    from framework.engine.lookahead.sweep import SweepGrid, lookahead_sweep
+    from framework.tasks.options import ExampleDraw
 
     task, loaded = _untrained("pairs")
     cfg = DecodeConfig(gen_length=task.gen_length)
     earlier = {k: v for k, v in EARLIER_DEFAULTS.items() if k not in ("width", "max_depth")}
-    rows = lookahead_sweep(loaded, task, ladder(), cfg, scorer="logprob:1,repetition:1", widths=(2,), depths=(1, 3),
-                           n=6, batch_size=4, **{**earlier, "budget": 6})
+    la = Lookahead.build(scorer="logprob:1,repetition:1", **{**earlier, "budget": 6})
+    rows = lookahead_sweep(loaded, task, ladder(), cfg, lookahead=la, grid=SweepGrid.build(widths=[2], depths=[1, 3]),
+                           draw=ExampleDraw.build(n=6, batch_size=4))
     assert [(r["width"], r["depth"]) for r in rows] == [(0, 0), (2, 1), (2, 3)]
     assert rows[0]["lookahead_nfe"] == 0 and rows[0]["fallbacks"] == 0
     for r in rows[1:]:

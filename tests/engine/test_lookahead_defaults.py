@@ -1,4 +1,4 @@
-"""The lookahead's defaults are the configured escalating rules verifier: ``Lookahead(scorer="sudoku_rules",
+"""The lookahead's defaults are the configured escalating rules verifier: ``Lookahead.build(scorer="sudoku_rules",
 escalate=[0.99])`` and the lookahead of experiments/configs/lookahead_confirm.yaml decode the same."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def test_defaults_decode_sudoku9_as_the_configured_escalating_rules_verifier():
 
     row = _configured_row()
     configured = Lookahead.build(**row["lookahead"])
-    default = Lookahead(scorer="sudoku_rules", escalate=[0.99])
+    default = Lookahead.build(scorer="sudoku_rules", escalate=[0.99])
     assert default.get_params() == configured.get_params()
     task = get_task("sudoku9")
     loaded = load_model("tiny-sudoku9", device="cpu", progress=False)
@@ -70,3 +70,34 @@ def test_the_loops_lookahead_budget_moved_to_the_lookahead():
         resolve_decoding(args)
     spent = torch.tensor([0, 5, 20])
     assert Lookahead(budget=16).budget_left(None, spent).tolist() == [16, 11, -4]
+
+
+def test_the_lookahead_takes_its_parts_options_and_build_routes_the_flat_keys_to_them():
+    from framework.jobs.plan import describe_lookahead
+
+    parts = Lookahead(Branching(width=3, escalate=[0.99]), Rollout(rollout="sequential", max_depth=4, advance=4),
+                      Ranking(scorer="logprob", rescore="pll"), budget=32)
+    flat = Lookahead.build(width=3, escalate=[0.99], rollout="sequential", max_depth=4, advance=4, scorer="logprob",
+                           rescore="pll", budget=32)
+    assert (flat.branching.width, flat.rollout_rule.max_depth, flat.ranking.rescore) == (3, 4, "pll")
+    assert parts.get_params() == flat.get_params()
+    # get_params stays flat (the lookahead: mapping, results files' settings hash) and round-trips
+    assert set(flat.get_params()) == {"scorer", *Lookahead.params} == set(Lookahead.flat_keys())
+    assert Lookahead.build(**flat.get_params()).get_params() == flat.get_params()
+    assert describe_lookahead(parts, "logprob") == describe_lookahead(flat, "logprob")
+    # a flat key reads and writes through to its part
+    flat.width = 4
+    flat.set_params(rescore="none", budget=8)
+    assert (flat.branching.width, flat.ranking.rescore, flat.budget) == (4, "none", 8)
+    assert (flat.width, flat.rollout, flat.scorer) == (4, "sequential", "logprob")
+
+
+def test_the_lookahead_refuses_an_unknown_key_and_a_part_of_the_wrong_kind():
+    with pytest.raises(ParameterError, match=r"Lookahead has no parameter 'widht'; known: scorer, width"):
+        Lookahead.build(widht=2)
+    with pytest.raises(ParameterError, match=r"Lookahead has no parameter 'depth'"):
+        Lookahead().set_params(depth=2)
+    with pytest.raises(ParameterError, match=r"Lookahead.branching=\{'width': 2\} is not allowed; allowed: a Branching"):
+        Lookahead(branching={"width": 2}).validate()
+    with pytest.raises(ParameterError, match=r"Lookahead.width=0 is out of range"):
+        Lookahead(Branching(width=0)).validate()

@@ -154,7 +154,7 @@ def test_plain_decoding_counts_one_forward_per_row_and_step_and_each_refresh(mon
 ])
 def test_lookahead_counts_its_rollouts_and_never_the_handed_on_forward_twice(monkeypatch, cache, la):
     cfg = DecodeConfig(gen_length=12, block_length=4, cache=cache)
-    seen = check_counts(monkeypatch, LookEveryStep(), cfg, Lookahead(scorer="logprob", budget=64, **la))
+    seen = check_counts(monkeypatch, LookEveryStep(), cfg, Lookahead.build(scorer="logprob", budget=64, **la))
     assert sum(s[1] for s in seen if s[0] == "refine") > 0  # the lookahead ran
     if la.get("advance") == 1:  # some step took a row's forward from the previous step's lookahead
         assert any(s[1] < s[5] for s in seen if s[0] == "forward")

@@ -104,15 +104,16 @@ def test_wino_drafts_low_and_remasks_what_fails_verification():
 
 
 def test_wino_rival_margin_keeps_a_mode_among_equals_and_revokes_an_outvoted_draft():
-    from framework.engine.features import compute_features
+    from framework.engine.features import FeatureOptions, StepWindow, compute_features
 
     logits = torch.zeros(1, 4, 10)
     logits[0, 3, 0] = 9.0  # slot 3 masked and confident: this step's draft
-    f = compute_features(logits, eligible=torch.tensor([[False, False, False, True]]),
-                         masked=torch.tensor([[False, False, False, True]]), rel=torch.arange(4)[None], gen_length=4,
-                         block_start=torch.zeros(1, dtype=torch.long), block_end=torch.full((1,), 4),
-                         block_index=torch.zeros(1, dtype=torch.long), block_masked_at_start=torch.full((1,), 4),
-                         step=torch.zeros(1, dtype=torch.long), block_step=torch.zeros(1, dtype=torch.long))
+    last = torch.tensor([[False, False, False, True]])
+    zero = torch.zeros(1, dtype=torch.long)
+    window = StepWindow(eligible=last, masked=last, rel=torch.arange(4)[None], block_start=zero,
+                        block_end=torch.full((1,), 4), block_index=zero, block_masked_at_start=torch.full((1,), 4),
+                        step=zero, block_step=zero)
+    f = compute_features(logits, window, FeatureOptions(gen_length=4))
     f.revocable = torch.tensor([[True, True, True, False]])
     # slot 0: one of three equal modes (p .34, favourite .35); slot 1: outvoted (p .30, favourite .65);
     # slot 2: verified (p .97)

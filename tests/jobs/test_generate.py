@@ -502,9 +502,9 @@ def test_real_lookahead_with_a_failing_scorer_falls_back_per_step_and_loses_noth
     earlier = dict(width=2, rollout="threshold", max_depth=8, rescore="pll", advance=1, lazy=False,
                    budget=64)  # the lookahead's defaults when this test was written
     ok = job(tmp_path / "ok.jsonl", items=items, controller=BranchingKnobs(k=1, depth=2),
-             lookahead=Lookahead("logprob", **earlier), lookahead_spec="logprob")
+             lookahead=Lookahead.build(scorer="logprob", **earlier), lookahead_spec="logprob")
     s = job(tmp_path / "o.jsonl", items=items, controller=BranchingKnobs(k=1, depth=2),
-            lookahead=Lookahead(Broken(), **earlier), lookahead_spec="broken")
+            lookahead=Lookahead.build(scorer=Broken(), **earlier), lookahead_spec="broken")
     good, rows = by_id(tmp_path / "ok.jsonl"), by_id(tmp_path / "o.jsonl")
     assert ok.done == s.done == 4 and s.failed == 0
     for i, p in enumerate(PROMPTS[:4]):

@@ -16,10 +16,11 @@ At a step where the controller asks for depth d_b > 0 (``Decision.depth``), the 
    the loop does not run it again. At temperature > 0 a rollout samples as the loop does; the
    controller's memory does not see the rollout steps committed this way.
 
-``Lookahead`` takes the flat keys of ``--lookahead KEY=VALUE`` and a config's ``lookahead:`` mapping
-and routes them to the three parts; its defaults are the escalating rules verifier of
-``experiments/configs/lookahead_confirm.yaml`` less its scorer and escalation, so
-``Lookahead(scorer="sudoku_rules", escalate=[0.99])`` is that lookahead.
+``Lookahead`` takes the three parts' options objects and ``budget``; :meth:`Lookahead.build` takes the
+flat keys of ``--lookahead KEY=VALUE`` and a config's ``lookahead:`` mapping and routes them to the
+parts. Its defaults are the escalating rules verifier of ``experiments/configs/lookahead_confirm.yaml``
+less its scorer and escalation, so ``Lookahead.build(scorer="sudoku_rules", escalate=[0.99])`` (or
+``Lookahead(Branching(escalate=[0.99]), ranking=Ranking(scorer="sudoku_rules"))``) is that lookahead.
 
 Cost: every rollout, branch pseudo-likelihood and re-scoring forward is one NFE of its row
 (``extra_nfe``); the handed-back forward is not run twice. Budget: a row may spend ``budget`` extra NFE
@@ -51,7 +52,6 @@ from framework.engine.lookahead.ranking import (
     best_candidates,
     branch_pseudo_likelihood,
     rescore_pll,
-    resolve_scorer,
     rollouts_as_candidates,
 )
 from framework.engine.lookahead.rollout import (
@@ -105,93 +105,114 @@ class SearchOutcome:
     advanced: torch.Tensor  #: long ``[R]`` rollout fills committed on top of the first step
 
 
+#: the lookahead's parts by attribute: which candidates, how each is rolled out, how they are ranked
+PARTS: dict[str, type[Configurable]] = {"branching": Branching, "rollout_rule": Rollout, "ranking": Ranking}
+#: each flat key (``--lookahead KEY=VALUE``, ``--scorer``) and the part it belongs to, in get_params' order
+FLAT_KEYS: dict[str, str] = {"scorer": "ranking", **{k: "branching" for k in Branching.params},
+                             **{k: "rollout_rule" for k in Rollout.params}, **{k: "ranking" for k in Ranking.params}}
+
+
 class Lookahead(Configurable):
     """Branch, roll candidates out as extra rows, commit the best rollout's first step(s).
 
-    Takes the flat keys of the three parts (see :class:`Branching`, :class:`Rollout`,
-    :class:`Ranking` for each) and ``budget``.
+    Takes its three parts' options objects and ``budget``; :meth:`build` takes their flat keys instead
+    (``--lookahead KEY=VALUE``, a config's ``lookahead:`` mapping) and routes each to its part.
 
     Args:
-        scorer: a :class:`framework.engine.scorer.Scorer` or a ``--scorer`` spec string.
+        branching: which candidates (:class:`Branching`: width, hold, escalate, positions, branch).
+        rollout_rule: how a candidate is rolled out (:class:`Rollout`: rollout, rollout_threshold,
+            max_depth, advance, complete).
+        ranking: how the rollouts are ranked (:class:`Ranking`: scorer, rescore, hold_bonus, lazy,
+            branch_pll); ``scorer`` is a :class:`framework.engine.scorer.Scorer` or a ``--scorer`` spec.
         budget: most extra NFE per sample over the whole decode (0 = no lookahead).
-        width, hold, escalate, positions, branch: which candidates (:class:`Branching`).
-        rollout, rollout_threshold, max_depth, advance, complete: how a candidate is rolled out
-            (:class:`Rollout`).
-        rescore, hold_bonus, lazy, branch_pll: how the rollouts are ranked (:class:`Ranking`).
+
+    ``None`` for a part takes its defaults. A flat key reads and writes through to its part
+    (``la.width`` is ``la.branching.width``), and :meth:`get_params` lists the flat keys, so results
+    files' settings hashes and the ``lookahead:`` mappings keep their form. ``params`` declares the
+    flat keys ``--lookahead`` accepts (``scorer`` comes from ``--scorer``).
     """
 
     params = {**Branching.params, **Rollout.params, **Ranking.params,
               "budget": Param(int, low=0, doc="most extra NFE per sample spent on lookahead (0 = none)")}
 
-    def __init__(
-        self,
-        scorer: "Scorer | str" = "logprob",
-        width: int = 2,
-        hold: bool = True,
-        escalate: Optional[list] = None,
-        positions: int = 1,
-        branch: str = "lowest",
-        rollout: str = "controller",
-        rollout_threshold: float = 0.9,
-        max_depth: int = 64,
-        advance: int = 64,
-        complete: bool = True,
-        rescore: str = "none",
-        hold_bonus: float = 0.0,
-        lazy: bool = True,
-        branch_pll: bool = True,
-        budget: int = 128,
-    ) -> None:
-        self.scorer = scorer
-        self.width = width
-        self.hold = hold
-        self.escalate = escalate
-        self.positions = positions
-        self.branch = branch
-        self.rollout = rollout
-        self.rollout_threshold = rollout_threshold
-        self.max_depth = max_depth
-        self.advance = advance
-        self.complete = complete
-        self.rescore = rescore
-        self.hold_bonus = hold_bonus
-        self.lazy = lazy
-        self.branch_pll = branch_pll
+    def __init__(self, branching: Optional[Branching] = None, rollout_rule: Optional[Rollout] = None,
+                 ranking: Optional[Ranking] = None, budget: int = 128) -> None:
+        self.branching = Branching() if branching is None else branching
+        self.rollout_rule = Rollout() if rollout_rule is None else rollout_rule
+        self.ranking = Ranking() if ranking is None else ranking
         self.budget = budget
 
     @classmethod
+    def flat_keys(cls) -> list[str]:
+        """Every flat key :meth:`build` takes: the parts' keywords (``scorer`` included) and ``budget``."""
+        return [*FLAT_KEYS, "budget"]
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """The default of a flat key (its part's) or of ``budget``."""
+        part = FLAT_KEYS.get(name)
+        return PARTS[part].default(name) if part is not None else super().default(name)
+
+    @classmethod
     def build(cls, **params: Any) -> "Lookahead":
-        """Construct from flat keys and validate; a renamed key fails naming its new name."""
+        """Construct from flat keys, each routed to its part, and validate; an unknown key fails listing
+        the known ones, a renamed key naming its new name."""
         for old, new in RENAMED.items():
             if old in params:
                 raise ParameterError(f"Lookahead.{old} is now called {new}; allowed: {new}={params[old]!r}")
-        return super().build(**params)  # type: ignore[return-value]
+        unknown = [k for k in params if k not in cls.flat_keys()]
+        if unknown:
+            raise ParameterError(f"Lookahead has no parameter {unknown[0]!r}; known: {', '.join(cls.flat_keys())}")
+        parts = {part: kind(**{k: params[k] for k in FLAT_KEYS if FLAT_KEYS[k] == part and k in params})
+                 for part, kind in PARTS.items()}
+        built = cls(**parts, **({"budget": params["budget"]} if "budget" in params else {}))
+        built.validate()
+        return built
+
+    def get_params(self) -> dict[str, Any]:
+        """The flat keys and their values (what ``--lookahead`` and ``lookahead:`` mappings set)."""
+        return {name: getattr(self, name) for name in self.flat_keys()}
+
+    def set_params(self, **params: Any) -> "Lookahead":
+        """Set flat keys (each on its part) or whole parts by name; unknown names fail listing the known."""
+        known = [*self.flat_keys(), *PARTS]
+        for key, value in params.items():
+            if key not in known:
+                raise ParameterError(f"Lookahead has no parameter {key!r}; known: {', '.join(known)}")
+            setattr(self, key, value)
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        """A flat key reads its part's value (called only when ``name`` is not an attribute of its own)."""
+        part = FLAT_KEYS.get(name)
+        if part is None or part not in self.__dict__:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return getattr(self.__dict__[part], name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        part = FLAT_KEYS.get(name)
+        if part is not None and part in self.__dict__:
+            setattr(self.__dict__[part], name, value)
+        else:
+            super().__setattr__(name, value)
 
     # ------------------------------------------------------------------ the three parts
-    def branching(self) -> Branching:
-        """Which candidates: the part built from this lookahead's keys."""
-        return Branching(**{k: getattr(self, k) for k in Branching.param_names()})
-
-    def rollout_rule(self) -> Rollout:
-        """How a candidate is rolled out: the part built from this lookahead's keys."""
-        return Rollout(**{k: getattr(self, k) for k in Rollout.param_names()})
-
-    def ranking(self, scorer: "Scorer | str | None" = None) -> Ranking:
-        """How the rollouts are ranked: the part built from this lookahead's keys (``scorer`` given: built)."""
-        keys = {k: getattr(self, k) for k in Ranking.param_names() if k != "scorer"}
-        return Ranking(scorer=self.scorer if scorer is None else scorer, **keys)
-
     def check_combination(self) -> None:
-        for part in (self.branching(), self.rollout_rule(), self.ranking()):
-            part.check_combination()
+        for name, kind in PARTS.items():
+            part = getattr(self, name)
+            if not isinstance(part, kind):
+                raise ParameterError(f"Lookahead.{name}={part!r} is not allowed; allowed: a {kind.__name__} "
+                                     f"(or None for its defaults)")
+        for name in PARTS:
+            getattr(self, name).check_combination()
 
     def levels(self) -> list:
         """The escalation thresholds τ_e in order (a single number reads as one level)."""
-        return self.branching().levels()
+        return self.branching.levels()
 
     def get_scorer(self) -> Scorer:
         """The scorer (a spec string is parsed once and kept until it changes)."""
-        return resolve_scorer(self)
+        return self.ranking.get_scorer()
 
     # ------------------------------------------------------------------ the hook
     def budget_left(self, state: DecodeState, spent: torch.Tensor) -> torch.Tensor:
@@ -202,9 +223,9 @@ class Lookahead(Configurable):
              model: Any = None) -> Optional[CandidatePlan]:
         """Rows that search, their candidates and the depth they can afford (re-scoring forwards are
         counted against the budget only when the ``model`` is given)."""
-        ranking = self.ranking()
-        return self.branching().plan(f, decision, commit, budget_left, max_depth=int(self.max_depth),
-                                     per_candidate=lambda p: ranking.cost_per_candidate(model, f, p))
+        ranking, depth = self.ranking, int(self.rollout_rule.max_depth)
+        return self.branching.plan(f, decision, commit, budget_left, max_depth=depth,
+                                   per_candidate=lambda p: ranking.cost_per_candidate(model, f, p))
 
     @torch.no_grad()
     def refine(
@@ -241,7 +262,7 @@ class Lookahead(Configurable):
                 tokens: torch.Tensor, state: DecodeState, plan: CandidatePlan, spent: torch.Tensor,
                 controller: Any) -> SearchOutcome:
         """Roll the plan's candidates out phase by phase, score them, and pick each row's winner."""
-        ranking, rule = self.ranking(self.get_scorer()), self.rollout_rule()
+        ranking, rule = self.ranking, self.rollout_rule
         levels = self.levels()
         rows = rollout_rows(plan, f, x, attn, commit, tokens, levels)
         handback = Handback.empty(rows)

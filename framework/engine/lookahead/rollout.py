@@ -27,7 +27,13 @@ from framework.core.measure import synced_clock
 from framework.core.params import Configurable, Param
 from framework.engine.controller import DecodeState
 from framework.engine.denoise import suppress_mask_logit, window_logits
-from framework.engine.features import StepFeatures, compute_features, sample_tokens
+from framework.engine.features import (
+    FeatureOptions,
+    StepFeatures,
+    StepWindow,
+    compute_features,
+    sample_tokens,
+)
 from framework.engine.lookahead.candidates import CandidatePlan
 from framework.engine.lookahead.window import (
     step_token_logprob,
@@ -184,14 +190,15 @@ def controller_fill(controller: Any, logits: torch.Tensor, still: torch.Tensor, 
                     f: StepFeatures, state: DecodeState, t: int) -> tuple[torch.Tensor, torch.Tensor]:
     """What the step's controller fills on a rollout's window at rollout step ``t``, on a copy of its
     memory (rollouts never leak into it), and that forward's predicted tokens (x0)."""
-    feats = compute_features(
-        logits, eligible=still, masked=(win == state.mask_token_id) & f.eligible[src], rel=f.position[src],
-        gen_length=state.config.gen_length, block_start=f.block_start[src], block_end=f.block_end[src],
-        block_index=f.block_index[src], block_masked_at_start=f.block_masked_at_start[src],
-        step=f.step[src] + t + 1, block_step=f.block_step[src] + t + 1, temperature=state.config.temperature,
-        seeds=state.seeds[src], window_index=window_index(f)[src],
+    window = StepWindow(
+        eligible=still, masked=(win == state.mask_token_id) & f.eligible[src], rel=f.position[src],
+        block_start=f.block_start[src], block_end=f.block_end[src], block_index=f.block_index[src],
+        block_masked_at_start=f.block_masked_at_start[src], step=f.step[src] + t + 1,
+        block_step=f.block_step[src] + t + 1, seeds=state.seeds[src], window_index=window_index(f)[src],
         block_of=None if f.block_of is None else f.block_of[src],
     )
+    options = FeatureOptions(gen_length=state.config.gen_length, temperature=state.config.temperature)
+    feats = compute_features(logits, window, options)
     sub = state.rows(src)
     sub.context.canvas = win
     d = controller.decide(feats, sub)

@@ -3,28 +3,50 @@
 from __future__ import annotations
 
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Optional
 
 import torch
 
 from framework.core.measure import tokens_per_forward
+from framework.core.options import IntListParam, Options
+from framework.core.params import Param
 from framework.engine.context import DecodeContext
 from framework.engine.lookahead.facade import Lookahead
-from framework.engine.scorer import Scorer
+from framework.tasks.options import ExampleDraw
 
 
-def lookahead_sweep(
-    loaded: Any, task: Any, controller: Any, config: Any, *, scorer: "Scorer | str" = "logprob",
-    widths: tuple[int, ...] = (2, 4), depths: tuple[int, ...] = (1, 2, 4), n: int = 100, split: str = "test",
-    batch_size: int = 50, include_baseline: bool = True, data_seed: int = 0, **lookahead_params: Any,
-) -> list[dict[str, Any]]:
+@dataclass(repr=False, eq=False)
+class SweepGrid(Options):
+    """The sweep's settings: every lookahead width W of ``widths`` with every depth cap d of
+    ``depths`` (``max_depth``), and first, with ``include_baseline``, no lookahead (W = d = 0)."""
+
+    section = "sweep"
+    params = {
+        "widths": IntListParam(low=1, doc="lookahead widths W swept"),
+        "depths": IntListParam(low=1, doc="depth caps d (max_depth) swept"),
+        "include_baseline": Param(bool, doc="first decode without lookahead (width = depth = 0)"),
+    }
+
+    widths: list = field(default_factory=lambda: [2, 4])
+    depths: list = field(default_factory=lambda: [1, 2, 4])
+    include_baseline: bool = True
+
+
+#: the sweep's examples by default: 100 of the test split, 50 prompts at a time
+SWEEP_DRAW = {"n": 100, "batch_size": 50}
+
+
+def lookahead_sweep(loaded: Any, task: Any, controller: Any, config: Any, *, lookahead: Optional[Lookahead] = None,
+                    grid: Optional[SweepGrid] = None, draw: Optional[ExampleDraw] = None) -> list[dict[str, Any]]:
     """Accuracy, joint coherence, NFE and peak memory of ``controller`` as lookahead width/depth grow.
 
-    One row per setting (``width = depth = 0``: no lookahead), each decoding the same ``n``
-    examples of ``split`` with the same per-item seeds. ``depth`` caps the controller's
-    ``Decision.depth`` (``max_depth``), so use a controller that asks for deep lookahead (e.g.
-    ``confidence_ladder`` with ``d_max ≥ max(depths)``); the other :class:`Lookahead` keys come in
-    ``lookahead_params`` (``budget`` caps the extra NFE per sample). Decoding gets each batch's
+    One row per setting of ``grid`` (``width = depth = 0``: no lookahead), each decoding the same
+    examples (``draw``; default :data:`SWEEP_DRAW` of the test split) with the same per-item seeds. Each
+    setting's lookahead is ``lookahead`` (its scorer, ``budget`` capping the extra NFE per sample and the
+    other keys; ``None``: the defaults) with ``width`` = W and ``max_depth`` = d. ``depth`` caps the
+    controller's ``Decision.depth``, so use a controller that asks for deep lookahead (e.g.
+    ``confidence_ladder`` with ``d_max ≥ max(depths)``). Decoding gets each batch's
     ``DecodeContext.for_batch`` (the tokenizer, each example's prompt text and meta, the task's spans), so
     text scorers and ``compliance(numbers=meta)`` see them.
 
@@ -32,14 +54,17 @@ def lookahead_sweep(
     seconds`` and, for tasks with ``joint_coherence`` (pairs), ``valid_slots`` and
     ``incoherent_slots`` (fractions of the answer slots).
     """
-    examples = task.examples(split, n, seed=data_seed)
-    settings = [(0, 0)] if include_baseline else []
-    settings += [(w, d) for w in widths for d in depths]
+    grid = SweepGrid.build() if grid is None else grid
+    draw = ExampleDraw.build(**SWEEP_DRAW) if draw is None else draw
+    base = (Lookahead() if lookahead is None else lookahead).get_params()
+    examples = task.examples(draw.split, draw.n, seed=draw.data_seed)
+    settings = [(0, 0)] if grid.include_baseline else []
+    settings += [(w, d) for w in grid.widths for d in grid.depths]
     rows = []
     for w, d in settings:
-        la = None if w == 0 else Lookahead(scorer=scorer, width=w, max_depth=d, **lookahead_params)
+        la = None if w == 0 else Lookahead.build(**{**base, "width": w, "max_depth": d})
         rows.append({"width": w, "depth": d, **_sweep_point(loaded, task, controller, config, la, examples,
-                                                            batch_size)})
+                                                            draw.batch_size)})
     return rows
 
 
