@@ -630,9 +630,9 @@ def test_invalid_per_item_params_refuse_listing_all_or_skip(tmp_path):
         "  line 3: params: Knobs.k=0 is out of range; allowed: integer in [1, inf)\n"
         "  line 4: params: block_length=3 does not divide gen_length=8; allowed: a divisor of 8 (1, 2, 4, 8); on a "
         "block-causal model (LLaDA2.x, SDAR, Fast-dLLM v2) leave block_length unset: its trained block size is used\n"
-        "  line 5: params: unknown key 'etaa'; decoding options: block_length, cache, cache_refresh, eos_fill, "
-        "eos_fill_threshold, eos_stop, gen_length, remask_budget, remask_per_position, seed, temperature, "
-        "verification; Knobs parameters: depth, eta, k"
+        "  line 5: params: unknown key 'etaa'; decoding options: block_add_threshold, block_length, cache, "
+        "cache_refresh, eos_fill, eos_fill_threshold, eos_stop, gen_length, remask_budget, remask_per_position, "
+        "seed, sub_block_cache, temperature, verification; Knobs parameters: depth, eta, k"
     )
     assert den.calls == 0 and not out.exists()
     s = job(out, den, items=items, controller=Knobs(), on_error="skip")
