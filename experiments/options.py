@@ -6,7 +6,7 @@
   (:class:`~framework.core.options.ProgressLogging`: W&B mode, the progress bar); ``adec run`` builds
   one from its flags;
 * :class:`ShardedEvaluation` of :func:`experiments.distributed.evaluate_sharded`: the examples a cell
-  decodes (:class:`~framework.tasks.options.ExampleDraw`), its timed repeats and its strategy's label;
+  decodes (:class:`~framework.core.options.ExampleDraw`), its timed repeats and its strategy's label;
   built from the experiment file's ``split``, ``batch_size``, ``repeats``, ``data_seed`` and the cell.
 """
 
@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from framework.core.options import OptionGroups, Options, ProgressLogging
+from framework.core.options import ExampleDraw, OptionGroups, Options, ProgressLogging
 from framework.core.params import Param, ParameterError
-from framework.tasks.options import ExampleDraw
 
 
 @dataclass(repr=False, eq=False)
@@ -57,7 +56,7 @@ class ExperimentOptions(OptionGroups):
 @dataclass(repr=False, eq=False)
 class ShardedEvaluation(ExampleDraw):
     """:func:`framework.engine.evaluate.evaluate`'s options over ranks: the examples
-    (:class:`~framework.tasks.options.ExampleDraw`), ``repeats`` timed runs (the median time counts)
+    (:class:`~framework.core.options.ExampleDraw`), ``repeats`` timed runs (the median time counts)
     and the ``strategy`` label the result carries."""
 
     section = "evaluation"

@@ -292,3 +292,27 @@ class OptionGroups:
         return type(self) is type(other) and self.get_params() == other.get_params()  # type: ignore[union-attr]
 
     __hash__ = object.__hash__
+
+
+#: the splits every task draws its examples from
+SPLITS: tuple[str, ...] = ("train", "validation", "test")
+
+
+@dataclass(repr=False, eq=False)
+class ExampleDraw(Options):
+    """``n`` examples of ``split`` drawn with ``data_seed`` (the same list on every call), decoded
+    ``batch_size`` prompts at a time (item i's decoding seed is ``stable_seed(config.seed, id_i)``,
+    as in evaluation, so the batch size never changes a token)."""
+
+    section = "draw"
+    params = {
+        "split": Param(str, choices=SPLITS, doc="the split the examples come from"),
+        "n": Param(int, low=1, doc="examples drawn"),
+        "batch_size": Param(int, low=1, doc="prompts decoded together"),
+        "data_seed": Param(int, low=0, doc="seed of the examples' draw"),
+    }
+
+    split: str = "test"
+    n: int = 200
+    batch_size: int = 64
+    data_seed: int = 0

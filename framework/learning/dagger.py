@@ -20,6 +20,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from framework.core.options import ExampleDraw
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.controller import DecodeState
@@ -29,7 +30,6 @@ from framework.engine.loop import decode, sample_seeds
 from framework.learning.options import DaggerVisit
 from framework.learning.rollouts import RolloutDataset, StepRecorder, over_split
 from framework.models.structure import task_generation_structure
-from framework.tasks.options import ExampleDraw
 
 
 class _StateRecorder(StepRecorder):

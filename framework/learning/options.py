@@ -26,6 +26,7 @@ from typing import Any, Optional
 from framework.core.options import (
     WANDB_MODES,
     ChoiceListParam,
+    ExampleDraw,
     IntListParam,
     OptionGroups,
     Options,
@@ -34,7 +35,6 @@ from framework.core.options import (
 )
 from framework.core.params import MappingParam, Param, ParameterError
 from framework.learning.nets import KINDS
-from framework.tasks.options import ExampleDraw
 
 METHODS = ("imitation", "dagger", "rl")
 LABELS = ("reference", "set")
@@ -151,7 +151,7 @@ class DaggerVisit(Options):
 # ---------------------------------------------------------------------- the threshold's calibration
 @dataclass(repr=False, eq=False)
 class ThresholdCalibration(ExampleDraw):
-    """The calibration of a policy's τ: :class:`~framework.tasks.options.ExampleDraw`'s examples (by
+    """The calibration of a policy's τ: :class:`~framework.core.options.ExampleDraw`'s examples (by
     default 64 of the validation split) decoded at each τ of ``thresholds``; the fewest mean NFE
     whose accuracy is within ``max_drop`` of sequential's is chosen."""
 

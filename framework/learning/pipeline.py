@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from framework.core.options import ExampleDraw
 from framework.engine.config import DecodeConfig
 from framework.engine.controller_io import build_controller
 from framework.learning.features import PEER_FEATURES, default_features, parse_features
@@ -46,7 +47,6 @@ from framework.learning.train import (
     train_net,
 )
 from framework.models.structure import task_generation_structure
-from framework.tasks.options import ExampleDraw
 
 __all__ = ["LABELS", "METHODS", "WINDOW_ARCH", "PolicyOptions", "PolicyResult", "check_options", "report",
            "train_policy"]

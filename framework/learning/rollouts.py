@@ -9,6 +9,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
+from framework.core.options import ExampleDraw
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.controller import DecodeState, stay_limit_of
@@ -17,7 +18,6 @@ from framework.engine.features import StepFeatures
 from framework.engine.loop import decode
 from framework.learning.features import FEATURE_NAMES, feature_matrix
 from framework.models.structure import task_generation_structure
-from framework.tasks.options import ExampleDraw
 
 
 # ---------------------------------------------------------------------- rollouts -> dataset
@@ -152,7 +152,7 @@ def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: Decod
 def over_split(loaded: Any, task: Any, collect: Any, draw: ExampleDraw, *,
                config: Optional[DecodeConfig] = None, progress: Any = None) -> RolloutDataset:
     """``collect(prompts, seeds, config, start, context)`` over ``draw``'s examples of a task
-    (:class:`~framework.tasks.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
+    (:class:`~framework.core.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
     in evaluation; ``context`` the batch's :meth:`DecodeContext.for_batch`), the parts concatenated;
     ``progress`` (a tqdm bar) counts prompts."""
     from framework.engine.evaluate import item_seeds

@@ -25,13 +25,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
+from framework.core.options import ExampleDraw
 from framework.engine.config import DecodeConfig
 from framework.engine.context import DecodeContext
 from framework.engine.loop import decode
 from framework.learning.dagger import _StateRecorder
 from framework.learning.rollouts import RolloutDataset
 from framework.models.structure import task_generation_structure
-from framework.tasks.options import ExampleDraw
 
 #: ``check(tokens, committed) -> bool | None``: a task's verifier bound to one example
 Check = Callable[[Sequence[int], Sequence[bool]], Optional[bool]]
@@ -110,7 +110,7 @@ def collect_set_labelled(model: Any, prompts: Sequence[Sequence[int]], controlle
 def build_set_dataset(loaded: Any, task: Any, controller: Any, draw: ExampleDraw, *,
                       config: Optional[DecodeConfig] = None, progress: Any = None) -> RolloutDataset:
     """:func:`collect_set_labelled` over ``draw``'s examples of a task
-    (:class:`~framework.tasks.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
+    (:class:`~framework.core.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
     in evaluation); ``progress`` (a tqdm bar) counts prompts."""
     from framework.engine.evaluate import item_seeds
 

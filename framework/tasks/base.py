@@ -15,11 +15,11 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Iterator, Optional, Sequence
 
+from framework.core.options import SPLITS  # noqa: F401  (re-exported: tasks name their splits here)
 from framework.core.params import Configurable, Param
 from framework.core.registry import Registry, package_modules
 from framework.tasks.vocab import TaskTokenizer, tokenizer_for
 
-SPLITS: tuple[str, ...] = ("train", "validation", "test")
 #: cumulative bucket bounds (out of 1000) of the train / validation / test splits
 _SPLIT_BOUNDS = {"train": (0, 800), "validation": (800, 900), "test": (900, 1000)}
 

@@ -8,14 +8,13 @@ import argparse
 import pytest
 
 from experiments.options import ExperimentOptions, ShardedEvaluation
-from framework.core.options import PathParam
+from framework.core.options import ExampleDraw, PathParam
 from framework.core.params import ParameterError
 from framework.engine.features import FeatureOptions
 from framework.engine.lookahead.sweep import SweepGrid
 from framework.jobs.options import JobOptions
 from framework.learning.options import DaggerVisit, PolicyOptions, RLOptions, ThresholdCalibration
 from framework.profiling.options import ProfileArch, ProfileOptions
-from framework.tasks.options import ExampleDraw
 from framework.training.options import CausalOptions, DenoiserOptions
 from framework.tuning.options import TuneOptions
 

@@ -560,8 +560,8 @@ def _untrained(task_name):
 
 
 def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
+    from framework.core.options import ExampleDraw
     from framework.engine.lookahead.sweep import SweepGrid, lookahead_sweep
-    from framework.tasks.options import ExampleDraw
 
     task, loaded = _untrained("pairs")
     cfg = DecodeConfig(gen_length=task.gen_length)

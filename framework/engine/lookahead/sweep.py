@@ -9,11 +9,10 @@ from typing import Any, Optional
 import torch
 
 from framework.core.measure import tokens_per_forward
-from framework.core.options import IntListParam, Options
+from framework.core.options import ExampleDraw, IntListParam, Options
 from framework.core.params import Param
 from framework.engine.context import DecodeContext
 from framework.engine.lookahead.facade import Lookahead
-from framework.tasks.options import ExampleDraw
 
 
 @dataclass(repr=False, eq=False)
