@@ -18,7 +18,7 @@
   running confidence (Shen et al. 2025, juchengshen/CadLLM ``generate_cadllm``).
 
 The temporal-stability rule that used to be registered here as ``leap`` is this project's
-heuristic, not LEAP: it is ``temporal_stability`` in :mod:`controllers.stability`.
+heuristic, not LEAP: it is ``temporal_stability`` in :mod:`adaptive_decoding.controllers.stability`.
 
 End-of-text prediction (learning-to-parallel-decode's EOS early stop) is an option of the loop,
 ``DecodeConfig.eos_fill`` / ``eos_fill_threshold``: it combines with every controller, so there is no
@@ -36,10 +36,10 @@ import inspect
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import select_topk
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import select_topk
 
 TOL = 1e-9
 

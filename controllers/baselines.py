@@ -29,11 +29,11 @@ from typing import Optional
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.core.rng import gumbel_at, uniform_at
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import select_topk
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.core.rng import gumbel_at, uniform_at
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import select_topk
 
 RANDOM_REMASK_SALT = 0x11ADA
 DREAM_ALG_SALT = 0xD8EA

@@ -45,10 +45,10 @@ from typing import Optional, Sequence
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import select_topk
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import select_topk
 
 
 def scheduled_counts(block_length: int, steps: int) -> torch.Tensor:

@@ -3,7 +3,7 @@
 
 d3LLM decodes with several blocks active at once: the next block joins when the last active one is
 a set fraction decided (``block_add_threshold``, 0.1 in its scripts). That part is the loop's
-(:class:`framework.engine.config.DecodeConfig` ``block_add_threshold``; this controller makes 0.1
+(:class:`adaptive_decoding.framework.engine.config.DecodeConfig` ``block_add_threshold``; this controller makes 0.1
 the default), so any controller can decode that way. What is d3LLM's own is the rule of a step,
 over every masked position of every active block (the window): with the entropy
 H_i = −Σ_v p_i(v) log p_i(v) of each position's prediction,
@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import select_topk
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import select_topk
 
 
 def lowest_entropy(entropy: torch.Tensor, where: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@
   every other uncertain position within ``radius`` slots is committed too (one per cluster of
   mutually dependent guesses; the rest become certain once it is fixed).
 * ``peer_nms``: the same over a task's declared constraint structure instead of adjacency: on an
-  n×n Sudoku answer (the ``sudoku`` attention structure of :mod:`framework.models.structure`, cells
+  n×n Sudoku answer (the ``sudoku`` attention structure of :mod:`adaptive_decoding.framework.models.structure`, cells
   row-major in the generation), an uncertain cell is committed when it is more confident than every
   other uncertain cell of its row, column and box (its *peers*), so no two committed guesses
   constrain each other.
@@ -25,11 +25,11 @@ from functools import lru_cache
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import select_topk
-from framework.models.structure import sudoku_peers, window_peers
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.models.structure import sudoku_peers, window_peers
 
 
 @lru_cache(maxsize=256)

@@ -15,10 +15,10 @@ from typing import Optional
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures, sample_tokens
-from framework.engine.selection import select_topk
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures, sample_tokens
+from adaptive_decoding.framework.engine.selection import select_topk
 
 
 def segment_maxima(conf: torch.Tensor, eligible: torch.Tensor) -> torch.Tensor:

@@ -14,17 +14,17 @@
   - ``rule=both``: either.
 
   A call whose context lacks what the rule reads (no tokenizer and no ``digit_ids``; no ``span_mask``)
-  fails with :class:`~framework.engine.context.MissingContextError`.
+  fails with :class:`~adaptive_decoding.framework.engine.context.MissingContextError`.
 
 * ``compliance_entropy``: compliance penalties enter the entropy the wrapped controller sees,
   ``H'_i = H_i + λ·π_i``, π_i = 1 where position i lies inside a violation (a banned phrase or a
-  miscopied number, :class:`scorers.compliance.Compliance`) of the row's predicted text (decided
+  miscopied number, :class:`adaptive_decoding.scorers.compliance.Compliance`) of the row's predicted text (decided
   tokens, x0 at masked positions). With ``entropy_topk`` inside, a position about to write "the
   cheapest" keeps more candidates and is not committed, so the lookahead can branch there. It needs
   the tokenizer in the decode context (and the metas with ``numbers='meta'``); without, it fails.
 
 Both wrap a controller given as ``inner`` (a name, ``tuned:PATH`` or ``{name, params}``) and
-``inner_params`` (more of its params; :class:`framework.engine.nesting.Wrapper`) and pass through its
+``inner_params`` (more of its params; :class:`adaptive_decoding.framework.engine.nesting.Wrapper`) and pass through its
 ``k``, ``depth`` and ``next_block_length``.
 """
 
@@ -36,10 +36,10 @@ from typing import Any, Mapping, Optional
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.engine.controller import CONTROLLERS, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.nesting import Wrapper, wrapped_params
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.nesting import Wrapper, wrapped_params
 
 
 def _tokenizer_ids(tokenizer: Any, pattern: str) -> list[int]:
@@ -193,7 +193,7 @@ class ComplianceEntropy(Wrapper):
 
     def check_combination(self) -> None:
         super().check_combination()
-        from scorers.compliance import Compliance
+        from adaptive_decoding.scorers.compliance import Compliance
 
         if self.compliance is not None and not isinstance(self.compliance, Mapping):
             raise ParameterError(f"compliance_entropy.compliance={self.compliance!r} is not allowed; "

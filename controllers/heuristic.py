@@ -12,7 +12,7 @@ d the lookahead depth (``Decision.depth``).
 * ``confidence_ladder``: lookahead depth from the least-confident top-1, wrapping any commit rule.
 * ``switch`` / ``hybrid`` / ``compose``: sub-controllers given by config.
 
-Sub-controllers are :class:`~framework.core.params.ControllerSpec` parameters, given as a
+Sub-controllers are :class:`~adaptive_decoding.framework.core.params.ControllerSpec` parameters, given as a
 registered name, ``"tuned:PATH"`` or ``{"name": NAME, "params": {...}}``; their parameters are
 tuned by dotted names (``base.eta``, ``controllers.0.eta``, ``margin.eta``). Each child keeps its state in ``state.memory`` under the
 prefix ``"<owner>/<slot>/"`` (e.g. ``hybrid/margin/margin_topk.eta``): the owner hands it a view
@@ -28,11 +28,11 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.params import ControllerSpec, NumberListParam, Param, ParameterError
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.nesting import Composite
-from framework.engine.selection import select_topk
+from adaptive_decoding.framework.core.params import ControllerSpec, NumberListParam, Param, ParameterError
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.nesting import Composite
+from adaptive_decoding.framework.engine.selection import select_topk
 
 
 def _scatter_rows(f: StepFeatures, parts: Sequence[tuple[str, torch.Tensor, Decision]]) -> Decision:

@@ -11,11 +11,11 @@ from typing import Optional
 
 import torch
 
-from controllers.baselines import SCHEDULE_STEPS, llada_schedule
-from framework.core.params import Param
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import select_topk
+from adaptive_decoding.controllers.baselines import SCHEDULE_STEPS, llada_schedule
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import select_topk
 
 #: KLASS's ε inside both logarithms of the KL divergence
 KL_EPS = 1e-12

@@ -1,6 +1,6 @@
 """Learned controllers: commit the positions a trained policy calls safe.
 
-A policy file (``adec train-controller``, see :mod:`framework.learning`) maps each eligible
+A policy file (``adec train-controller``, see :mod:`adaptive_decoding.framework.learning`) maps each eligible
 position's feature vector φ to p(safe | φ), the probability that its current prediction x0 is
 already the token one-token-per-step decoding ends with. Each step commits every eligible
 position with p(safe) > τ, and at least the one with the highest p(safe), so no step stalls.
@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.core.rng import uniform_at
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import select_topk
-from framework.learning.features import feature_matrix
-from framework.learning.nets import CONTROLLER_OF
-from framework.learning.policy import load_policy, tiny_policy_file
-from framework.learning.rl import centred_logits
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.core.rng import uniform_at
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.learning.features import feature_matrix
+from adaptive_decoding.framework.learning.nets import CONTROLLER_OF
+from adaptive_decoding.framework.learning.policy import load_policy, tiny_policy_file
+from adaptive_decoding.framework.learning.rl import centred_logits
 
 
 def commit_probability(p_safe: torch.Tensor, tau: float, temperature: float = 1.0) -> torch.Tensor:

@@ -7,10 +7,10 @@ position matches, it commits the most confident one with its reference token (a 
 so every step commits at least one token and the output always equals the reference output.
 
 Where y* comes from: the caller. The oracle declares ``reference_param = "reference"``
-(:attr:`~framework.engine.controller.Controller.reference_param`), so a caller decodes the same
+(:attr:`~adaptive_decoding.framework.engine.controller.Controller.reference_param`), so a caller decodes the same
 prompts, configuration and seeds with the reference controller first and passes its generation as
 ``DecodeContext.reference_tokens`` (long ``[B, G]``): ``evaluate`` does,
-:func:`framework.engine.reference.decode_with_reference` does, and :func:`oracle_decode` does both
+:func:`adaptive_decoding.framework.engine.reference.decode_with_reference` does, and :func:`oracle_decode` does both
 steps and returns both results; over a task split it is ``evaluate`` like any controller. Tokens bound with
 :meth:`Oracle.bind_reference` serve when the context has none. Without either, ``reset`` fails with
 :class:`MissingReferenceError`. The reference's forward passes are not counted in the oracle's NFE,
@@ -25,13 +25,13 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.engine.context import DecodeContext
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.features import StepFeatures
-from framework.engine.loop import decode
-from framework.engine.selection import select_topk
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.selection import select_topk
 
 MEMORY_KEY = "oracle.reference"
 
@@ -72,8 +72,8 @@ class Oracle(Controller):
                 f"oracle needs the final tokens y* [batch, gen_length] of a reference decode "
                 f"(reference={self.reference!r}) and was given none; decode the same prompts, config and seeds "
                 f"with {self.reference!r} first and pass decode(..., context=DecodeContext(reference_tokens="
-                f"result.generated)), or let framework.engine.reference.decode_with_reference(model, prompts, "
-                f"oracle, config), evaluate(...), controllers.oracle.oracle_decode(...) "
+                f"result.generated)), or let adaptive_decoding.framework.engine.reference.decode_with_reference(model, prompts, "
+                f"oracle, config), evaluate(...), adaptive_decoding.controllers.oracle.oracle_decode(...) "
                 f"run it for you")
         ref = torch.as_tensor(ref, dtype=torch.long, device=state.seeds.device)
         if tuple(ref.shape) != (state.batch_size, G):
@@ -97,7 +97,7 @@ def oracle_decode(model: Any, prompts: Sequence[Sequence[int]], config: Any, see
                   reference: str = "sequential", context: Optional[DecodeContext] = None) -> tuple[Any, Any]:
     """Decode ``prompts`` with ``reference`` and then with the oracle, both with ``context`` (the
     batch's :meth:`DecodeContext.for_batch`); returns (oracle, reference)
-    :class:`~framework.engine.loop.DecodeResult` s. ``trace`` info ``forced`` counts forced steps."""
+    :class:`~adaptive_decoding.framework.engine.loop.DecodeResult` s. ``trace`` info ``forced`` counts forced steps."""
     context = context or DecodeContext()
     ref = decode(model, prompts, build_controller(reference), config, seeds=seeds, context=context)
     oracle = build_controller("oracle", reference=reference)

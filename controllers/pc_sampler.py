@@ -15,11 +15,11 @@ from typing import Optional
 
 import torch
 
-from controllers.baselines import SCHEDULE_STEPS, llada_schedule
-from framework.core.params import Param, ParameterError
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import select_topk
+from adaptive_decoding.controllers.baselines import SCHEDULE_STEPS, llada_schedule
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import select_topk
 
 #: PC-Sampler's ε inside log f
 FREQ_EPS = 1e-9

@@ -22,7 +22,7 @@
   least confident are revised most), at most ``max_per_step`` per step, drawn per sample from
   ``state.seeds`` (counter-based: a batch of N equals N single runs).
 
-The loop bounds both (:mod:`framework.engine.loop`): only tokens this decode committed, each at
+The loop bounds both (:mod:`adaptive_decoding.framework.engine.loop`): only tokens this decode committed, each at
 most ``remask_per_position`` times, at most ``remask_budget`` per sample, so decoding ends within
 ``gen_length + remask_budget`` steps.
 """
@@ -34,12 +34,12 @@ from typing import Optional
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.core.rng import uniform_at
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.nesting import Wrapper, wrapped_params
-from framework.engine.selection import rank_within, select_topk
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.core.rng import uniform_at
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.nesting import Wrapper, wrapped_params
+from adaptive_decoding.framework.engine.selection import rank_within, select_topk
 
 REMDM_SALT = 0x2E3D
 

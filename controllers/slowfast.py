@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import ensure_progress, select_topk
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import ensure_progress, select_topk
 
 KEYS = ("block", "last", "span", "explored", "determined", "hist_n")
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.selection import select_topk
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import select_topk
 
 
 @CONTROLLERS.register("temporal_stability", aliases=("stability",))

@@ -4,3 +4,17 @@ strategy suites (:mod:`.strategies`), the benchmark report (:mod:`.report`, buil
 layer, :mod:`.compare`, and one table writer, :mod:`.tables`) and distributed evaluation
 (:mod:`.distributed`, :mod:`.workers`). The experiment files themselves are in
 ``experiments/configs/``; one-off studies in ``experiments/studies/``."""
+
+from importlib import import_module
+from typing import Any
+
+#: what a notebook needs to run an experiment file (imported on first use)
+_PUBLIC = {"run_experiment": ".runner", "load_experiment": ".parse", "parse_experiment": ".parse",
+           "ExperimentOptions": ".options"}
+__all__ = sorted(_PUBLIC)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _PUBLIC:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(import_module(_PUBLIC[name], __name__), name)

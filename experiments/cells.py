@@ -9,8 +9,8 @@ import json
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from experiments.options import ShardedEvaluation
-from experiments.spec import Cell, Experiment, ensure_text_task
+from adaptive_decoding.experiments.options import ShardedEvaluation
+from adaptive_decoding.experiments.spec import Cell, Experiment, ensure_text_task
 
 # ====================================================================== models
 _MODEL_CACHE: dict[str, Any] = {}
@@ -38,23 +38,23 @@ def load_any_model(model: Any, device: str = "cpu") -> Any:
     else:
         opts = dict(model) if isinstance(model, dict) else {"name": model}
         name = opts.pop("name")
-        from framework.tasks.text import TEXT_MODEL
-        from framework.training.text_model import load_text_model
+        from adaptive_decoding.framework.tasks.text import TEXT_MODEL
+        from adaptive_decoding.framework.training.text_model import load_text_model
 
         if name == TEXT_MODEL:
             loaded = load_text_model(device=device)
         elif opts:
-            from framework.models.hub_loading import load_hub_model
+            from adaptive_decoding.framework.models.hub_loading import load_hub_model
 
             opts.setdefault("chat", None)  # as load_model and adec decode: the chat template when there is one
             loaded = load_hub_model(name, device=device, **opts)
         elif name.count("/") == 1 and not Path(name).expanduser().exists() and not name.startswith((".",
                                                                                                     "~")):
-            from framework.models.hub_loading import load_hub_model
+            from adaptive_decoding.framework.models.hub_loading import load_hub_model
 
             loaded = load_hub_model(name, device=device)
         else:
-            from framework.training.zoo import load_model
+            from adaptive_decoding.framework.training.zoo import load_model
 
             loaded = load_model(name, device=device)
     _MODEL_CACHE[key] = loaded
@@ -68,11 +68,11 @@ def tiny_model(task: str = "addition", size: str = "tiny", train_steps: int = 0,
     masked-diffusion loss (plain torch, seeded: the same weights in every process). For tests and demos."""
     import torch
 
-    from framework.models.protocol import LoadedModel
-    from framework.models.tiny import MODEL_SIZES, TinyConfig, TinyDenoiser
-    from framework.tasks.base import get_task
-    from framework.training.data import collate
-    from framework.training.masked_diffusion import (
+    from adaptive_decoding.framework.models.protocol import LoadedModel
+    from adaptive_decoding.framework.models.tiny import MODEL_SIZES, TinyConfig, TinyDenoiser
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.training.data import collate
+    from adaptive_decoding.framework.training.masked_diffusion import (
         forward_process,
         masked_diffusion_loss,
         sample_t,
@@ -109,12 +109,12 @@ def tiny_model(task: str = "addition", size: str = "tiny", train_steps: int = 0,
 def toy_model(task: str = "addition", low: float = 0.3, high: float = 0.99, salt: int = 0,
               device: str = "cpu",
               task_params: Optional[dict] = None) -> Any:
-    """:class:`framework.testing.toys.ContextToyDenoiser` over the task's vocabulary: designed,
+    """:class:`adaptive_decoding.framework.testing.toys.ContextToyDenoiser` over the task's vocabulary: designed,
     context-dependent
     confidences in ``[low, high]`` (so NFE is ragged across samples), exact in every process. For tests."""
-    from framework.models.protocol import LoadedModel
-    from framework.tasks.base import get_task
-    from framework.testing.toys import ContextToyDenoiser
+    from adaptive_decoding.framework.models.protocol import LoadedModel
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.testing.toys import ContextToyDenoiser
 
     ensure_text_task()
     tok = get_task(task, **(task_params or {})).tokenizer
@@ -125,13 +125,13 @@ def toy_model(task: str = "addition", low: float = 0.3, high: float = 0.99, salt
 # ====================================================================== evaluating one cell
 def build_cell(cell: Cell, task: Any, config_seed: Optional[int] = None) -> tuple[Any, Any, Any]:
     """The cell's ``(controller, DecodeConfig, Lookahead or None)`` for ``task``."""
-    from experiments.strategies import Strategy
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
+    from adaptive_decoding.experiments.strategies import Strategy
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
 
     cfg_kw = {"gen_length": task.gen_length, "block_length": task.default_block_length}
     if cell.controller.startswith("tuned:"):
-        from framework.engine.controller_io import load_decode_config
+        from adaptive_decoding.framework.engine.controller_io import load_decode_config
 
         cfg_kw.update({k: v for k, v in (load_decode_config(cell.controller[6:]) or {}).items()
                        if k != "seed"})
@@ -143,19 +143,19 @@ def build_cell(cell: Cell, task: Any, config_seed: Optional[int] = None) -> tupl
     controller = build_controller(cell.controller, **params)
     lookahead = None
     if cell.lookahead:
-        from framework.engine.lookahead import Lookahead
+        from adaptive_decoding.framework.engine.lookahead import Lookahead
 
         lookahead = Lookahead.build(**cell.lookahead)
     return controller, config, lookahead
 
 
 def evaluate_cell(cell: Cell, loaded: Any, task: Any, exp: Experiment, dist: Any = None) -> Any:
-    """Decode the cell's examples and score them; an :class:`framework.engine.evaluate.EvalResult`.
+    """Decode the cell's examples and score them; an :class:`adaptive_decoding.framework.engine.evaluate.EvalResult`.
 
-    With a :class:`experiments.distributed.DistContext` of several ranks, the examples are sharded
+    With a :class:`adaptive_decoding.experiments.distributed.DistContext` of several ranks, the examples are sharded
     across ranks and gathered (every rank returns the same result).
     """
-    from experiments.distributed import evaluate_sharded
+    from adaptive_decoding.experiments.distributed import evaluate_sharded
 
     controller, config, lookahead = build_cell(cell, task)
     return evaluate_sharded(loaded, task, controller, config, cell_evaluation(cell, exp), dist=dist,
@@ -163,7 +163,7 @@ def evaluate_cell(cell: Cell, loaded: Any, task: Any, exp: Experiment, dist: Any
 
 
 def cell_evaluation(cell: Cell, exp: Experiment) -> ShardedEvaluation:
-    """The cell's :class:`~experiments.options.ShardedEvaluation`: the experiment file's ``split``,
+    """The cell's :class:`~adaptive_decoding.experiments.options.ShardedEvaluation`: the experiment file's ``split``,
     ``batch_size``, ``repeats`` and ``data_seed``, the cell's ``n`` and its strategy's label."""
     return ShardedEvaluation.build(split=exp.split, n=cell.n, batch_size=exp.batch_size, data_seed=exp.data_seed,
                                    repeats=exp.repeats, strategy=cell.strategy.label)
@@ -172,7 +172,7 @@ def cell_evaluation(cell: Cell, exp: Experiment) -> ShardedEvaluation:
 def compute_cell_metrics(cell: Cell, task: Any, samples: list[dict], device: str = "cpu",
                          only: Optional[Sequence[str]] = None) -> dict[str, Any]:
     """The cell's metrics on its per-sample records: ``{name: MetricResult}``."""
-    from experiments.metrics import MetricContext, compute_metrics
+    from adaptive_decoding.experiments.metrics import MetricContext, compute_metrics
 
     specs = [(n, p) for n, p in cell.metrics if only is None or n in only]
     if not specs:

@@ -1,6 +1,6 @@
 """The report's comparison layer: typed points, one matcher, and the three comparisons built on it.
 
-A result row (:func:`experiments.report.aggregate`, or ``adec bench``'s) becomes a :class:`Point`.
+A result row (:func:`adaptive_decoding.experiments.report.aggregate`, or ``adec bench``'s) becomes a :class:`Point`.
 :func:`match` finds the point of a pool that best meets **one bound**, without interpolation:
 
 * under an **accuracy floor**: the most tokens per forward among the points whose accuracy (or
@@ -8,7 +8,7 @@ A result row (:func:`experiments.report.aggregate`, or ``adec bench``'s) becomes
 * under an **NFE budget**: the best accuracy among the points with no more NFE than the budget.
 
 Three comparisons use it, each with a markdown section and the targets of the experiment file
-(:mod:`experiments.targets`; without them every ratio is shown for scale, unjudged):
+(:mod:`adaptive_decoding.experiments.targets`; without them every ratio is shown for scale, unjudged):
 
 * **matched accuracy** (:func:`matched_points`): per curve (a sweep's points share ``curve``; a
   single strategy is a curve of one point) its most parallel point no more than 1 point below the
@@ -37,9 +37,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Optional, Sequence, Union
 
-from experiments.plots import KIND_ORDER, curves_of
-from experiments.tables import MISSING, figure, markdown_table
-from experiments.targets import AgainstBaseTargets, MatchedTargets
+from adaptive_decoding.experiments.plots import KIND_ORDER, curves_of
+from adaptive_decoding.experiments.tables import MISSING, figure, markdown_table
+from adaptive_decoding.experiments.targets import AgainstBaseTargets, MatchedTargets
 
 TOLERANCE = 0.01
 CONTROLLER_KINDS = ("heuristic", "tuned", "learned")
@@ -56,7 +56,7 @@ class Point:
 
     ``tpf`` is the tokens per forward every comparison uses; ``tpf_mean`` (the per-sample mean)
     is carried where a row has it. ``get`` and ``[]`` read a field by name, so code written for
-    result rows (:func:`experiments.plots.curves_of`) takes points too."""
+    result rows (:func:`adaptive_decoding.experiments.plots.curves_of`) takes points too."""
 
     strategy: str
     curve: str
@@ -361,7 +361,7 @@ def _revocable(controller: Optional[str]) -> bool:
     if not controller:
         return False
     try:
-        from framework.engine.controller import CONTROLLERS
+        from adaptive_decoding.framework.engine.controller import CONTROLLERS
 
         return bool(getattr(CONTROLLERS.get(controller), "revocable", False))
     except Exception:  # noqa: BLE001 - an unknown controller is simply no revocable one

@@ -8,13 +8,13 @@ output equal a single-process run exactly; wall time is the slowest rank's, peak
 largest rank's. The same code runs
 
 * on CPU with the ``gloo`` backend: :func:`spawn` starts W local processes (``adec run --procs 2``),
-* on GPUs with ``nccl``: ``torchrun --nproc_per_node=8 -m framework.cli run experiments/configs/X.yaml``;
+* on GPUs with ``nccl``: ``torchrun --nproc_per_node=8 -m adaptive_decoding.framework.cli run experiments/configs/X.yaml``;
   :func:`init_from_env` reads ``RANK``/``WORLD_SIZE``/``LOCAL_RANK`` and each rank uses
   ``cuda:<local rank>``.
 
-Training: :func:`lightning_ddp_smoke` fits :class:`framework.training.MaskedDiffusionLM` with
+Training: :func:`lightning_ddp_smoke` fits :class:`adaptive_decoding.framework.training.MaskedDiffusionLM` with
 ``Trainer(strategy="ddp", accelerator="cpu", devices=2)``; Lightning's launcher re-runs the
-command for the second rank, so it is started as ``python -m experiments.workers train-smoke``
+command for the second rank, so it is started as ``python -m adaptive_decoding.experiments.workers train-smoke``
 (on GPUs the same with ``--accelerator gpu --devices 8``).
 """
 
@@ -31,7 +31,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from experiments.options import ShardedEvaluation
+from adaptive_decoding.experiments.options import ShardedEvaluation
 
 
 @dataclass
@@ -116,14 +116,14 @@ class _ShardTask:
 def evaluate_sharded(loaded: Any, task: Any, controller: Any, config: Any,
                      options: Optional[ShardedEvaluation] = None, *, dist: Optional[DistContext] = None,
                      lookahead: Any = None) -> Any:
-    """:func:`framework.engine.evaluate.evaluate` over the ranks of ``dist`` (see the module docstring)
-    by ``options`` (:class:`~experiments.options.ShardedEvaluation`, default every default: ``n``
+    """:func:`adaptive_decoding.framework.engine.evaluate.evaluate` over the ranks of ``dist`` (see the module docstring)
+    by ``options`` (:class:`~adaptive_decoding.experiments.options.ShardedEvaluation`, default every default: ``n``
     examples of ``split`` drawn with ``data_seed``, ``batch_size`` at a time, ``repeats`` timed runs,
     the ``strategy`` label).
 
     With one rank it is exactly ``evaluate(...)``.
     """
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     opts = options if options is not None else ShardedEvaluation()
     opts.validate()
@@ -141,7 +141,7 @@ def evaluate_sharded(loaded: Any, task: Any, controller: Any, config: Any,
     merged = merge_results(parts, len(examples), config.gen_length)
     # per-slot fractions: recount exactly
     if hasattr(task, "joint_coherence") and "valid_slots" in merged.extra:
-        from framework.engine.evaluate import coherence_summary
+        from adaptive_decoding.framework.engine.evaluate import coherence_summary
 
         merged.extra.update(coherence_summary(task, examples, [s.output for s in merged.samples]))
     return merged
@@ -151,8 +151,8 @@ def merge_results(parts: Sequence[tuple[list[int], Any]], n: int, gen_length: in
     """One :class:`EvalResult` from the ranks' ``(indices, result)``, samples in the original order."""
     from dataclasses import replace
 
-    from framework.core.measure import tokens_per_forward, tokens_per_forward_mean
-    from framework.engine.evaluate import EvalResult
+    from adaptive_decoding.framework.core.measure import tokens_per_forward, tokens_per_forward_mean
+    from adaptive_decoding.framework.engine.evaluate import EvalResult
 
     parts = [(idx, r) for idx, r in parts if r is not None and idx]
     samples: list[Any] = [None] * n
@@ -265,9 +265,9 @@ def lightning_ddp_smoke(out_dir: "str | os.PathLike", *, task: str = "addition",
 
     import pytorch_lightning as pl
 
-    from framework.models.tiny import MODEL_SIZES
-    from framework.training.data import TaskDataModule
-    from framework.training.masked_diffusion import MaskedDiffusionLM
+    from adaptive_decoding.framework.models.tiny import MODEL_SIZES
+    from adaptive_decoding.framework.training.data import TaskDataModule
+    from adaptive_decoding.framework.training.masked_diffusion import MaskedDiffusionLM
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@
 #      (28 layers, block 4) and Fast-dLLM v2 1.5B (28 layers), batch 1 and 8. The limits are estimates (no
 #      GPU has run these stages yet); T_LLADA2, T_SDAR, T_FAST change them.
 # ADEC (default: adec) is the command; on a machine without the package installed use
-#   PYTHONPATH=. ADEC="python3 -m framework.cli" experiments/gpu_profile.sh
+#   PYTHONPATH=. ADEC="python3 -m adaptive_decoding.framework.cli" experiments/gpu_profile.sh
 set -uo pipefail
 ADEC=${ADEC:-adec}
 PY=${PYTHON:-python3}

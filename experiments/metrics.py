@@ -10,7 +10,7 @@ Built-ins:
 * ``bleu``            corpus BLEU of sacrebleu (Papineni et al. 2002), divided by 100 -> [0, 1];
 * ``rouge_l``         mean ROUGE-L F-measure of rouge-score (Lin 2004): LCS-based, in [0, 1];
 * ``gen_perplexity``  generative perplexity ``exp(−Σ log q(x_i | x_<i) / N)`` of the continuations
-  (given their prompts) under a separately trained small causal LM q (``framework.training.causal_lm``,
+  (given their prompts) under a separately trained small causal LM q (``adaptive_decoding.framework.training.causal_lm``,
   trained on the task's train split: "Gen PPL" of MDLM / SEDD, with a tiny judge instead of GPT-2);
 * ``repetition``      mean fraction of repeated n-grams of each continuation (lower is better);
 * ``mauve``           MAUVE (Pillutla et al. 2021) of MiniLM embeddings, only where the optional
@@ -25,8 +25,8 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 
-from framework.core.params import Configurable, Param, ParameterError
-from framework.core.registry import Registry
+from adaptive_decoding.framework.core.params import Configurable, Param, ParameterError
+from adaptive_decoding.framework.core.registry import Registry
 
 
 class MetricUnavailable(ParameterError):
@@ -194,7 +194,7 @@ class Repetition(Metric):
         self.unit = unit
 
     def _compute(self, outputs, references, prompts, context) -> MetricResult:
-        from framework.tasks.text import repeated_ngram_rate
+        from adaptive_decoding.framework.tasks.text import repeated_ngram_rate
 
         split = (lambda o: o.split()) if self.unit == "word" else (lambda o: _tokens(o,
                                                                                      context))  # noqa: E731
@@ -225,7 +225,7 @@ class GenPerplexity(Metric):
     def _judge(self, context: MetricContext) -> Any:
         if context.causal_lm is not None:
             return context.causal_lm
-        from framework.training.causal_lm import load_causal_lm
+        from adaptive_decoding.framework.training.causal_lm import load_causal_lm
 
         name = self.lm or getattr(context.task, "name", None)
         if not name:
@@ -234,7 +234,7 @@ class GenPerplexity(Metric):
 
     @torch.no_grad()
     def _compute(self, outputs, references, prompts, context) -> MetricResult:
-        from framework.training.causal_lm import token_logprobs
+        from adaptive_decoding.framework.training.causal_lm import token_logprobs
 
         if context.task is None:
             raise ValueError("gen_perplexity needs the task (its tokenizer) in the metric context")
@@ -294,7 +294,7 @@ class Mauve(Metric):
     def _compute(self, outputs, references, prompts, context) -> MetricResult:  # pragma: no cover - optional
         import mauve
 
-        from scorers.consistency import load_minilm
+        from adaptive_decoding.scorers.consistency import load_minilm
 
         model = load_minilm(context.device)
         p = model.encode(references, convert_to_numpy=True, normalize_embeddings=True)

@@ -1,12 +1,12 @@
-"""The options of running an experiment, grouped by concern (:mod:`framework.core.options`):
+"""The options of running an experiment, grouped by concern (:mod:`adaptive_decoding.framework.core.options`):
 
-* :class:`ExperimentOptions` of :func:`experiments.runner.run_experiment` and of each rank's
-  :func:`experiments.workers.run_experiment_worker`: ``cells`` (:class:`ExperimentCells`: resume or
+* :class:`ExperimentOptions` of :func:`adaptive_decoding.experiments.runner.run_experiment` and of each rank's
+  :func:`adaptive_decoding.experiments.workers.run_experiment_worker`: ``cells`` (:class:`ExperimentCells`: resume or
   recompute, how many cells at most, the command line recorded) and ``logging``
-  (:class:`~framework.core.options.ProgressLogging`: W&B mode, the progress bar); ``adec run`` builds
+  (:class:`~adaptive_decoding.framework.core.options.ProgressLogging`: W&B mode, the progress bar); ``adec run`` builds
   one from its flags;
-* :class:`ShardedEvaluation` of :func:`experiments.distributed.evaluate_sharded`: the examples a cell
-  decodes (:class:`~framework.core.options.ExampleDraw`), its timed repeats and its strategy's label;
+* :class:`ShardedEvaluation` of :func:`adaptive_decoding.experiments.distributed.evaluate_sharded`: the examples a cell
+  decodes (:class:`~adaptive_decoding.framework.core.options.ExampleDraw`), its timed repeats and its strategy's label;
   built from the experiment file's ``split``, ``batch_size``, ``repeats``, ``data_seed`` and the cell.
 """
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional
 
-from framework.core.options import ExampleDraw, OptionGroups, Options, ProgressLogging
-from framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.core.options import ExampleDraw, OptionGroups, Options, ProgressLogging
+from adaptive_decoding.framework.core.params import Param, ParameterError
 
 
 @dataclass(repr=False, eq=False)
@@ -46,7 +46,7 @@ class ExperimentCells(Options):
 
 @dataclass(repr=False, eq=False)
 class ExperimentOptions(OptionGroups):
-    """Every option of :func:`experiments.runner.run_experiment` beyond the experiment and the
+    """Every option of :func:`adaptive_decoding.experiments.runner.run_experiment` beyond the experiment and the
     output folder, by concern."""
 
     cells: ExperimentCells = field(default_factory=ExperimentCells)
@@ -55,8 +55,8 @@ class ExperimentOptions(OptionGroups):
 
 @dataclass(repr=False, eq=False)
 class ShardedEvaluation(ExampleDraw):
-    """:func:`framework.engine.evaluate.evaluate`'s options over ranks: the examples
-    (:class:`~framework.core.options.ExampleDraw`), ``repeats`` timed runs (the median time counts)
+    """:func:`adaptive_decoding.framework.engine.evaluate.evaluate`'s options over ranks: the examples
+    (:class:`~adaptive_decoding.framework.core.options.ExampleDraw`), ``repeats`` timed runs (the median time counts)
     and the ``strategy`` label the result carries."""
 
     section = "evaluation"

@@ -16,8 +16,8 @@ from typing import Any, Optional, Sequence
 
 import yaml
 
-from experiments.published import check_published
-from experiments.spec import (
+from adaptive_decoding.experiments.published import check_published
+from adaptive_decoding.experiments.spec import (
     KINDS,
     SPLITS,
     STRATEGY_KEYS,
@@ -35,9 +35,9 @@ from experiments.spec import (
     substitute,
     suites,
 )
-from experiments.sweeps import expand_sweep, param_problem
-from experiments.targets import check_targets
-from framework.core.params import ParameterError
+from adaptive_decoding.experiments.sweeps import expand_sweep, param_problem
+from adaptive_decoding.experiments.targets import check_targets
+from adaptive_decoding.framework.core.params import ParameterError
 
 
 # ====================================================================== validation
@@ -140,7 +140,7 @@ def parse_experiment(raw: Any, source: str = "<experiment>") -> Experiment:
 
 
 def _check_decode_keys(c: _Checker, decode: Any, path: str) -> None:
-    from framework.engine.config import MOVED, DecodeConfig
+    from adaptive_decoding.framework.engine.config import MOVED, DecodeConfig
 
     if not isinstance(decode, dict):
         c.add(path, f"{decode!r} is not allowed; allowed: a mapping of decoding options")
@@ -159,7 +159,7 @@ def _check_decode_keys(c: _Checker, decode: Any, path: str) -> None:
 
 
 def _check_metrics(c: _Checker, metrics: Any, path: str) -> None:
-    from experiments.metrics import METRICS, MetricUnavailable, build_metric
+    from adaptive_decoding.experiments.metrics import METRICS, MetricUnavailable, build_metric
 
     if not isinstance(metrics, list):
         c.add(path, f"{metrics!r} is not allowed; allowed: a list of metric names or {{name:, params:}}")
@@ -182,6 +182,13 @@ def _check_metrics(c: _Checker, metrics: Any, path: str) -> None:
             c.add(f"{where}.params", str(exc))
 
 
+def _namespace_hint(module: str) -> str:
+    """A hint for a factory written with the folder's name instead of the installed one."""
+    if module.split(".")[0] in ("framework", "controllers", "scorers", "experiments"):
+        return f"; the framework's own modules import as 'adaptive_decoding.{module}'"
+    return ""
+
+
 def _check_model(c: _Checker, model: Any, path: str) -> None:
     if isinstance(model, dict):
         if "factory" in model:
@@ -192,7 +199,7 @@ def _check_model(c: _Checker, model: Any, path: str) -> None:
                 if not callable(getattr(importlib.import_module(mod), attr)):
                     raise AttributeError(attr)
             except (ImportError, AttributeError, ValueError):
-                c.add(f"{path}.factory", f"{target!r} is not an importable 'module:function'")
+                c.add(f"{path}.factory", f"{target!r} is not an importable 'module:function'{_namespace_hint(mod)}")
             return
         c.keys(model, ("name", "dtype", "kind", "chat", "trust_remote_code"), path)
         if not isinstance(model.get("name"), str):
@@ -204,8 +211,8 @@ def _check_model(c: _Checker, model: Any, path: str) -> None:
 
 def _model_problem(model: Any) -> Optional[str]:
     """Why ``model`` (placeholders resolved) cannot be loaded, without loading it; ``None`` if fine."""
-    from framework.tasks.text import TEXT_MODEL
-    from framework.training.zoo import MODELS
+    from adaptive_decoding.framework.tasks.text import TEXT_MODEL
+    from adaptive_decoding.framework.training.zoo import MODELS
 
     if isinstance(model, dict):
         if "factory" in model:
@@ -215,7 +222,7 @@ def _model_problem(model: Any) -> Optional[str]:
         return None
     if model.count("/") == 1 and not model.startswith((".", "/", "~")):  # a hub name: needs the HF cache
         try:
-            from framework.models.hub_loading import resolve_model_path
+            from adaptive_decoding.framework.models.hub_loading import resolve_model_path
 
             resolve_model_path(model)
             return None
@@ -225,7 +232,7 @@ def _model_problem(model: Any) -> Optional[str]:
 
 
 def _parse_tasks(c: _Checker, items: Any, top_metrics: Any = None) -> list[TaskSpec]:
-    from framework.tasks.base import TASKS
+    from adaptive_decoding.framework.tasks.base import TASKS
 
     ensure_text_task()
     if not isinstance(items, list) or not items:
@@ -321,7 +328,7 @@ def _parse_strategy(c: _Checker, s: dict, where: str, task_names: list[str],
                     explicit: set[str]) -> list[StrategySpec]:
     """A ``controller:`` entry: its strategy, or its sweep's points (none when it is invalid); an
     entry placed on a curve by its own ``curve`` key is added to ``explicit``."""
-    from framework.engine.controller import CONTROLLERS
+    from adaptive_decoding.framework.engine.controller import CONTROLLERS
 
     name = s.get("controller")
     if not isinstance(name, str) or not name:
@@ -366,10 +373,10 @@ def _parse_strategy(c: _Checker, s: dict, where: str, task_names: list[str],
 
 
 def _check_tune(c: _Checker, s: dict, name: str, cls: Optional[type], params: dict, where: str) -> Optional[dict]:
-    """A strategy's ``tune:`` mapping (:mod:`experiments.tuned`), checked; ``None`` without one."""
+    """A strategy's ``tune:`` mapping (:mod:`adaptive_decoding.experiments.tuned`), checked; ``None`` without one."""
     if "tune" not in s:
         return None
-    from experiments.tuned import check_tune
+    from adaptive_decoding.experiments.tuned import check_tune
 
     if name.startswith("tuned:") or "sweep" in s:
         c.add(f"{where}.tune", "not allowed with a tuned:PATH controller or a sweep; tune a registered "
@@ -423,10 +430,10 @@ def _check_params(c: _Checker, cls: type, params: dict, where: str) -> None:
 
 def _check_lookahead(c: _Checker, look: dict, where: str) -> None:
     try:
-        from framework.engine.lookahead import Lookahead
-        from framework.engine.scorer import parse_scorer_spec
+        from adaptive_decoding.framework.engine.lookahead import Lookahead
+        from adaptive_decoding.framework.engine.scorer import parse_scorer_spec
     except ImportError as exc:
-        c.add(where, f"lookahead needs framework.engine.lookahead and framework.engine.scorer, which cannot be imported ({exc})")
+        c.add(where, f"lookahead needs adaptive_decoding.framework.engine.lookahead and adaptive_decoding.framework.engine.scorer, which cannot be imported ({exc})")
         return
     known = Lookahead.flat_keys()
     c.keys(look, [k for k in known if k != "context"], where)
@@ -448,9 +455,9 @@ def _check_lookahead(c: _Checker, look: dict, where: str) -> None:
 
 def _check_combinations(c: _Checker, exp: Experiment) -> None:
     """Per (task, strategy): the merged decode options and the controller build for that task."""
-    from experiments.strategies import Strategy
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
+    from adaptive_decoding.experiments.strategies import Strategy
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
 
     models_seen: set[str] = set()
     for cell in _first_seed_cells(exp):
@@ -468,7 +475,7 @@ def _check_combinations(c: _Checker, exp: Experiment) -> None:
             continue
         cfg_kw = {"gen_length": task.gen_length, "block_length": task.default_block_length, "seed": 0}
         if cell.controller.startswith("tuned:") and Path(cell.controller[6:]).is_file():
-            from framework.engine.controller_io import load_decode_config
+            from adaptive_decoding.framework.engine.controller_io import load_decode_config
 
             try:
                 cfg_kw.update({k: v for k, v in (load_decode_config(cell.controller[6:]) or {}).items()

@@ -1,7 +1,7 @@
 """The report's per-task plot: quality against tokens per forward, one line per curve.
 
-A *curve* is the strategies of one sweep (:mod:`experiments.sweeps`), drawn as a line through its
-points in order of tokens per forward and named with its AUP (:mod:`experiments.aup`); a strategy
+A *curve* is the strategies of one sweep (:mod:`adaptive_decoding.experiments.sweeps`), drawn as a line through its
+points in order of tokens per forward and named with its AUP (:mod:`adaptive_decoding.experiments.aup`); a strategy
 that is no sweep is a single marker coloured by its kind. The one-token-per-step reference is a
 black square with a dotted horizontal line at its quality, the oracle a red star with a dotted
 vertical line at its tokens per forward (the most parallel decode that reproduces the reference).

@@ -13,7 +13,7 @@ numbers for some of the file's strategies on some of its tasks::
           - {label: top margin, strategy: margin_1, published: {all: 89.49}}   # a column may be left out
 
 A column names a task as the report's rows do: the task's name with its parameters sorted,
-``sudoku9(grade=hard)`` (:attr:`experiments.spec.TaskSpec.key`), or just the name when the file
+``sudoku9(grade=hard)`` (:attr:`adaptive_decoding.experiments.spec.TaskSpec.key`), or just the name when the file
 lists that task once. ``strategy`` is a strategy label of the file (a sweep point's label,
 ``fast_dllm (threshold=0.9)``, included); ``label`` (default: the strategy) names the row;
 ``published`` maps column titles to the paper's figures, in percent. Validation reports every
@@ -32,8 +32,8 @@ import difflib
 import math
 from typing import Any, Optional, Sequence
 
-from experiments.spec import TaskSpec, did_you_mean
-from experiments.tables import figure, markdown_table
+from adaptive_decoding.experiments.spec import TaskSpec, did_you_mean
+from adaptive_decoding.experiments.tables import figure, markdown_table
 
 BLOCK_KEYS = ("title", "source", "note", "columns", "rows")
 ROW_KEYS = ("label", "strategy", "published")
@@ -229,7 +229,7 @@ def _paper_text(v: Optional[float]) -> str:
 def published_tables(runs: Sequence[Any], rows: Sequence[dict], multi: bool = False) -> tuple[list[str],
                                                                                               list[dict]]:
     """Markdown lines and JSON of every ``published`` table of ``runs`` (``RunInfo``), ours from the
-    aggregated ``rows`` (:func:`experiments.report.aggregate`)."""
+    aggregated ``rows`` (:func:`adaptive_decoding.experiments.report.aggregate`)."""
     md: list[str] = []
     out: list[dict] = []
     index = {(r["experiment"], r["task"], r["strategy"]): r for r in rows}

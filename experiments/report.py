@@ -1,28 +1,28 @@
 """The benchmark report: ``docs/benchmark.md`` (plots first, then tables), PNG plots, ``docs/benchmark.json``.
 
-Input: run folders written by :func:`experiments.runner.run_experiment` (``summary.json``,
+Input: run folders written by :func:`adaptive_decoding.experiments.runner.run_experiment` (``summary.json``,
 ``environment.json``, ``invocations.jsonl``). Rows of the same experiment, task and strategy are
 averaged over seeds (peak memory: the maximum). Per task the report shows
 
-* a plot of quality against tokens per forward (:mod:`experiments.plots`): one line per curve (the
+* a plot of quality against tokens per forward (:mod:`adaptive_decoding.experiments.plots`): one line per curve (the
   strategies of one sweep), single strategies as markers coloured by kind, the one-token-per-step
   reference and the oracle marked;
-* AUP, accuracy under parallelism (:mod:`experiments.aup`), per curve, with ``y_max`` the best
+* AUP, accuracy under parallelism (:mod:`adaptive_decoding.experiments.aup`), per curve, with ``y_max`` the best
   accuracy on the task; a strategy that is no sweep is a curve of one point;
 * a table ``strategy | AUP | kind | lookahead | quality | NFE | tokens per forward | ms per token |
   peak memory``, sorted by AUP (the rows of a curve together, by tokens per forward);
-* the matched-accuracy table (:func:`experiments.compare.matched_points`): each curve's most parallel
+* the matched-accuracy table (:func:`adaptive_decoding.experiments.compare.matched_points`): each curve's most parallel
   point no more than 1 point below the reference, and its ratios (baseline spread, oracle room, ...)
-  judged against the experiment file's ``targets:`` (:mod:`experiments.targets`; without them, shown
+  judged against the experiment file's ``targets:`` (:mod:`adaptive_decoding.experiments.targets`; without them, shown
   for scale); the headline counts the tasks that meet both;
 * lookahead and revocable decoding against the same controller without them
-  (:func:`experiments.compare.against_base`): accuracy at equal NFE, tokens per forward at equal
+  (:func:`adaptive_decoding.experiments.compare.against_base`): accuracy at equal NFE, tokens per forward at equal
   accuracy, and the lookahead targets of the file (a gain, never more than a point below at equal NFE);
 * every learned and lookahead point against the best non-learned curve
-  (:func:`experiments.compare.against_best`), at equal NFE and at equal accuracy.
+  (:func:`adaptive_decoding.experiments.compare.against_best`), at equal NFE and at equal accuracy.
 
-All three are uses of one matcher (:func:`experiments.compare.match`) on typed points
-(:class:`experiments.compare.Point`); the targets are read from each run folder's ``experiment.yaml``.
+All three are uses of one matcher (:func:`adaptive_decoding.experiments.compare.match`) on typed points
+(:class:`adaptive_decoding.experiments.compare.Point`); the targets are read from each run folder's ``experiment.yaml``.
 
 ``docs/benchmark.json`` is ``{"rows": [...], "tasks": {...}}``: ``rows`` are objects with at least
 ``task``, ``strategy``, ``curve``, ``kind``, ``accuracy`` (in [0, 1]), ``nfe``, ``tpf``,
@@ -30,12 +30,12 @@ All three are uses of one matcher (:func:`experiments.compare.match`) on typed p
 task`` when several experiments are reported) to ``{"experiment", "task", "quality_metric",
 "y_max" (percent), "aup": {curve: AUP}, "curves": {curve: [strategy, ...]}, "note", "matched",
 "against_base", "against_best"}``
-(``matched``: :func:`experiments.compare.matched_points`; ``against_base``:
-:func:`experiments.compare.against_base`; ``against_best``: :func:`experiments.compare.against_best`,
+(``matched``: :func:`adaptive_decoding.experiments.compare.matched_points`; ``against_base``:
+:func:`adaptive_decoding.experiments.compare.against_base`; ``against_best``: :func:`adaptive_decoding.experiments.compare.against_best`,
 every learned and lookahead point against the best non-learned curve); ``matched`` counts the tasks meeting the targets
-(:func:`experiments.compare.matched_summary`); ``targets`` maps each experiment to the targets it
+(:func:`adaptive_decoding.experiments.compare.matched_summary`); ``targets`` maps each experiment to the targets it
 declares (``null`` where a target is not declared); ``published`` lists
-the experiment files' ``published`` tables (:mod:`experiments.published`), shown in the markdown after
+the experiment files' ``published`` tables (:mod:`adaptive_decoding.experiments.published`), shown in the markdown after
 the headline: ``{"experiment", "title", "source", "note", "columns": {title: task}, "rows": [{"label",
 "strategy", "cells": {column: {"ours", "unit", "nfe", "tpf", "n", "seeds", "paper"}}}]}`` (``ours`` in
 percent when ``unit`` is ``"percent"``; ``None`` where the strategy has not run or no figure is given).
@@ -52,8 +52,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from experiments.aup import task_aup
-from experiments.compare import (
+from adaptive_decoding.experiments.aup import task_aup
+from adaptive_decoding.experiments.compare import (
     against_base,
     against_base_markdown,
     against_base_summary,
@@ -66,10 +66,17 @@ from experiments.compare import (
     matched_summary,
     summary_line,
 )
-from experiments.plots import KIND_COLOURS, KIND_ORDER, curves_of, pareto_front, plot_task, quality_label
-from experiments.published import published_tables
-from experiments.tables import figure, markdown_table
-from experiments.targets import Targets, check_targets
+from adaptive_decoding.experiments.plots import (
+    KIND_COLOURS,
+    KIND_ORDER,
+    curves_of,
+    pareto_front,
+    plot_task,
+    quality_label,
+)
+from adaptive_decoding.experiments.published import published_tables
+from adaptive_decoding.experiments.tables import figure, markdown_table
+from adaptive_decoding.experiments.targets import Targets, check_targets
 
 __all__ = ["KIND_COLOURS", "KIND_ORDER", "ReportError", "aggregate", "find_runs", "headline", "pareto_front",
            "plot_task", "task_aup_scores", "write_report"]

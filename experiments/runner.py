@@ -19,17 +19,17 @@ from typing import Any, Optional
 
 import yaml
 
-from experiments.cells import (
+from adaptive_decoding.experiments.cells import (
     compute_cell_metrics,
     evaluate_cell,
     load_any_model,
     resolve_device,
 )
-from experiments.options import ExperimentOptions
-from experiments.parse import load_experiment
-from experiments.spec import Cell, Experiment, TaskSpec, model_label
-from experiments.tables import figure, markdown_table
-from framework.core.options import RunLogging
+from adaptive_decoding.experiments.options import ExperimentOptions
+from adaptive_decoding.experiments.parse import load_experiment
+from adaptive_decoding.experiments.spec import Cell, Experiment, TaskSpec, model_label
+from adaptive_decoding.experiments.tables import figure, markdown_table
+from adaptive_decoding.framework.core.options import RunLogging
 
 
 # ====================================================================== the run folder
@@ -142,15 +142,15 @@ def run_experiment(exp: "Experiment | str | os.PathLike", out_dir: "str | os.Pat
     """Run every unfinished cell of ``exp`` into ``<out_dir>/<name>/`` (see the module docstring).
 
     Args:
-        options: :class:`~experiments.options.ExperimentOptions` (default every default): ``cells``
+        options: :class:`~adaptive_decoding.experiments.options.ExperimentOptions` (default every default): ``cells``
             (``resume``: require an existing run folder, fail if there is none; ``overwrite``:
             recompute every cell, finished cells are moved to ``cells.old-<time>/``; ``max_cells``:
             stop after evaluating this many cells, a deliberate partial run; ``command``: the
             command line, recorded for the report) and ``logging`` (``wandb_mode``, ``progress``,
             ``run_config`` merged into the W&B run's config).
-        dist: a :class:`experiments.distributed.DistContext`; rank 0 writes, every rank decodes its shard.
+        dist: a :class:`adaptive_decoding.experiments.distributed.DistContext`; rank 0 writes, every rank decodes its shard.
     """
-    from experiments.distributed import DistContext
+    from adaptive_decoding.experiments.distributed import DistContext
 
     opts = (options if options is not None else ExperimentOptions()).validate()
     run, log = opts.cells, opts.logging
@@ -249,7 +249,7 @@ def _run_cells(todo: list[Cell], exp: Experiment, dist: Any, cells_dir: Path, de
         task = _task_for(tasks, cell.task)
         loaded = load_any_model(cell.model, device=device)
         if cell.strategy.tune:
-            from experiments.tuned import tuned_cell
+            from adaptive_decoding.experiments.tuned import tuned_cell
 
             cell = tuned_cell(cell, loaded, task, cells_dir.parent / "tuned", exp.batch_size, dist)
         t0 = time.perf_counter()
@@ -310,7 +310,7 @@ def _write_cell(cell: Cell, folder: Path, result: Any, task: Any, device: str, s
 def _higher_is_better(metric: str) -> bool:
     if metric == "accuracy":
         return True
-    from experiments.metrics import METRICS
+    from adaptive_decoding.experiments.metrics import METRICS
 
     return bool(getattr(METRICS.get(metric), "higher_is_better", True))
 

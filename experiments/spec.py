@@ -14,7 +14,7 @@ docs/experiments.md for the long form)::
     repeats: 1                       # timing repeats (median); NFE and outputs come from the first
     data_seed: 0                     # which examples
     seeds: [0]                       # decoding seeds: one cell per seed
-    decode: {eos_fill: false}        # framework.engine.config.DecodeConfig options for every strategy
+    decode: {eos_fill: false}        # adaptive_decoding.framework.engine.config.DecodeConfig options for every strategy
     metrics: [exact_match]           # names or {name:, params:}; METRICS registry
     on_missing: error                # error | skip: a strategy whose file (tuned YAML, policy) is missing
     tasks:                           # required: names or mappings
@@ -24,12 +24,12 @@ docs/experiments.md for the long form)::
                                      # label: the task's name in cells and the report (default: the name
                                      # and its parameters, file paths by their file name)
     strategies:                      # required
-      - suite: baselines             # expands experiments.strategies.BASELINES
+      - suite: baselines             # expands adaptive_decoding.experiments.strategies.BASELINES
       - label: fast_dllm τ=0.8       # default: built from controller and params
         controller: fast_dllm        # a registered controller or tuned:PATH (may use {task}, {model})
         params: {threshold: 0.8}     # validated against the controller's Param specs
         decode: {block_length: 4}
-        lookahead: {scorer: "logprob:1,repetition:0.5", width: 4}   # framework.engine.lookahead.Lookahead
+        lookahead: {scorer: "logprob:1,repetition:0.5", width: 4}   # adaptive_decoding.framework.engine.lookahead.Lookahead
         kind: heuristic              # reference | baseline | heuristic | tuned | learned | oracle
         tasks: [addition]            # only these tasks
         prepare: adec tune --controller margin_topk --task {task}   # how to make a missing file
@@ -44,7 +44,7 @@ docs/experiments.md for the long form)::
         sweep: {gamma: [0.01, 0.1, 1.0]}   # labels "eb (gamma=0.01)", ...; one parameter (a controller
                                      # parameter or a decoding option), values checked like params
 
-    published:                       # tables of a paper's numbers beside this run's (experiments.published)
+    published:                       # tables of a paper's numbers beside this run's (adaptive_decoding.experiments.published)
       - title: "9×9 Sudoku: Kim et al. 2025 (Table 2) beside this run"    # required
         source: "Kim et al. 2025, arXiv 2502.06768, Table 2"              # optional
         note: "what differs: model size, data, training"                  # optional
@@ -54,21 +54,21 @@ docs/experiments.md for the long form)::
           - {label: top margin, strategy: "margin (1 cell/step)", published: {all: 89.49, hard: 49.88}}
                                      # strategy: a label of this file; published: column -> number (percent)
 
-    targets:                         # milestones the report judges (experiments.targets); all optional
+    targets:                         # milestones the report judges (adaptive_decoding.experiments.targets); all optional
       matched: {baseline_spread: 2.0, oracle_room: 2.0, tasks: 3}
       against_base: {gain_points: 5.0, gain_ratio: 1.2, gain_tasks: 2}
 
-A ``sweep`` (:mod:`experiments.sweeps`) expands at load time into one strategy per value, labelled
+A ``sweep`` (:mod:`adaptive_decoding.experiments.sweeps`) expands at load time into one strategy per value, labelled
 ``<label> (<param>=<value>)`` and carrying ``curve: <label>``; the report draws a curve as one line
-of accuracy against tokens per forward and scores it with AUP (:mod:`experiments.aup`).
+of accuracy against tokens per forward and scores it with AUP (:mod:`adaptive_decoding.experiments.aup`).
 
-``published`` (:mod:`experiments.published`) is stored with the file in the run folder
+``published`` (:mod:`adaptive_decoding.experiments.published`) is stored with the file in the run folder
 (``experiment.yaml``); the report renders each table with the run's quality in percent, NFE and tokens
 per forward beside the paper's figures (``—`` where a strategy has not run or a figure is not given).
 
 Model mapping: ``{name: ..., dtype: bfloat16, kind: llada, chat: true, trust_remote_code: true}``
 for a hub checkpoint, or ``{factory: "module:function", kwargs: {...}}`` for any callable that
-returns a :class:`framework.models.protocol.LoadedModel` (``experiments.cells:tiny_model`` builds a
+returns a :class:`adaptive_decoding.framework.models.protocol.LoadedModel` (``adaptive_decoding.experiments.cells:tiny_model`` builds a
 TinyDenoiser from a config and trains it for a few steps: the tests' model).
 
 Validation (:func:`load_experiment`) checks the whole file before anything runs and reports every
@@ -102,15 +102,15 @@ TASK_KEYS = ("name", "params", "n", "metrics", "quality", "model", "decode", "la
 FILE_PARAMS = ("path", "train", "validation", "test", "few_shot_path", "include_path")
 STRATEGY_KEYS = ("label", "controller", "params", "decode", "lookahead", "kind", "tasks", "prepare", "suite",
                  "sweep", "curve", "tune")
-#: the keys of a strategy's ``tune:`` mapping (framework.tuning.study.tune_controller's arguments)
+#: the keys of a strategy's ``tune:`` mapping (adaptive_decoding.framework.tuning.study.tune_controller's arguments)
 TUNE_KEYS = ("n_trials", "n_val", "space", "max_drop", "prune_margin", "seed")
 TUNE_DEFAULTS = {"n_trials": 20, "n_val": 64, "space": {}, "max_drop": 0.01, "prune_margin": 0.25, "seed": 0}
 
 
 def suites() -> dict[str, tuple]:
-    """Named strategy suites: every tuple of ``Strategy`` in :mod:`experiments.strategies` (``BASELINES`` ->
+    """Named strategy suites: every tuple of ``Strategy`` in :mod:`adaptive_decoding.experiments.strategies` (``BASELINES`` ->
     ``baselines``)."""
-    from experiments import strategies
+    from adaptive_decoding.experiments import strategies
 
     return {k.lower(): v for k, v in vars(strategies).items()
             if k.isupper() and isinstance(v,
@@ -143,7 +143,7 @@ class TaskSpec:
     label: Optional[str] = None
 
     def build(self) -> Any:
-        from framework.tasks.base import get_task
+        from adaptive_decoding.framework.tasks.base import get_task
 
         ensure_text_task()
         return get_task(self.name, **self.params)
@@ -221,9 +221,9 @@ class Experiment:
     raw: dict = field(default_factory=dict)
     #: ``(strategy path, task key, message, prepare command)`` of cells skipped by ``on_missing: skip``
     skipped: list = field(default_factory=list)
-    #: the ``published`` tables, normalised (:func:`experiments.published.check_published`)
+    #: the ``published`` tables, normalised (:func:`adaptive_decoding.experiments.published.check_published`)
     published: list = field(default_factory=list)
-    #: the milestone targets the report judges (:mod:`experiments.targets`; ``None``: none declared)
+    #: the milestone targets the report judges (:mod:`adaptive_decoding.experiments.targets`; ``None``: none declared)
     targets: Any = None
 
     def cells(self) -> list[Cell]:
@@ -296,7 +296,7 @@ def _controller_kind(name: str, params: Optional[dict] = None) -> str:
     learned policy is learned, around Fast-dLLM a baseline)."""
     if name.startswith("tuned:"):
         return "tuned"
-    from framework.engine.controller import CONTROLLERS
+    from adaptive_decoding.framework.engine.controller import CONTROLLERS
 
     try:
         cls = CONTROLLERS.get(name)
@@ -321,9 +321,9 @@ def _metric_list(items: Any) -> list[tuple[str, dict]]:
 
 
 def ensure_text_task() -> None:
-    """The ``text`` task registers itself when framework.tasks.text is imported."""
+    """The ``text`` task registers itself when adaptive_decoding.framework.tasks.text is imported."""
     try:
-        importlib.import_module("framework.tasks.text")
+        importlib.import_module("adaptive_decoding.framework.tasks.text")
     except ImportError as exc:  # pragma: no cover - only if the module is absent
         warnings.warn(f"the text task is unavailable: {exc}")
 

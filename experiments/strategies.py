@@ -16,7 +16,7 @@ class Strategy:
     controller: str
     params: dict = field(default_factory=dict)
     decode: dict = field(default_factory=dict)
-    #: :class:`framework.engine.lookahead.Lookahead` options (``None``: no lookahead)
+    #: :class:`adaptive_decoding.framework.engine.lookahead.Lookahead` options (``None``: no lookahead)
     lookahead: Optional[dict] = None
     #: the tasks this strategy is for (``None``: every task), e.g. a rules verifier's or a policy's
     tasks: Optional[tuple[str, ...]] = None

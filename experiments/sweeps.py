@@ -28,8 +28,8 @@ import dataclasses
 import json
 from typing import Any, Optional
 
-from experiments.spec import StrategySpec, did_you_mean
-from framework.core.params import ParameterError, with_value
+from adaptive_decoding.experiments.spec import StrategySpec, did_you_mean
+from adaptive_decoding.framework.core.params import ParameterError, with_value
 
 EXAMPLE = "{threshold: [0.5, 0.7, 0.9]}"
 #: parameter kinds a dotted key reaches into: a mapping, a sub-controller spec ({name, params}), a params dict
@@ -65,7 +65,7 @@ def param_problem(cls: type, key: str, value: Any) -> Optional[str]:
 
 
 def _decode_problem(key: str, value: Any) -> Optional[str]:
-    from framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.config import DecodeConfig
 
     try:
         DecodeConfig.params[key].check("", key, value)
@@ -76,7 +76,7 @@ def _decode_problem(key: str, value: Any) -> Optional[str]:
 
 def _target(cls: Optional[type], key: str) -> Optional[str]:
     """``params`` or ``decode``: where the swept key goes; ``None`` if it is neither."""
-    from framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.config import DecodeConfig
 
     if cls is None:  # tuned:PATH or a placeholder: its parameters are checked when it is built
         return "decode" if key in DecodeConfig.param_names() else "params"
@@ -90,7 +90,7 @@ def expand_sweep(c: Any, sweep: Any, spec: StrategySpec, cls: Optional[type],
                  where: str) -> list[StrategySpec]:
     """The strategies of ``spec`` swept over ``sweep`` (``{param: [values]}``); problems go to
     ``c.add(yaml path, message)`` and give no strategies."""
-    from framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.config import DecodeConfig
 
     path = f"{where}.sweep"
     if not isinstance(sweep, dict) or len(sweep) != 1:

@@ -1,6 +1,6 @@
 """An experiment's milestone targets: the ``targets:`` mapping of its YAML file, which the report judges.
 
-The comparisons (:mod:`experiments.compare`) are definitions; what counts as *good enough* is a
+The comparisons (:mod:`adaptive_decoding.experiments.compare`) are definitions; what counts as *good enough* is a
 milestone of an experiment, so it lives in the experiment file, not in library code::
 
     targets:
@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
-from experiments.spec import did_you_mean
+from adaptive_decoding.experiments.spec import did_you_mean
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Strategies tuned inside an experiment: a strategy with ``tune:`` has its controller's parameters
 searched by Optuna on each task's validation split (f₁ accuracy ↑, f₂ mean NFE ↓, the point with the
-fewest NFE within ``max_drop`` of one-token-per-step decoding; :mod:`framework.tuning.study`) before
+fewest NFE within ``max_drop`` of one-token-per-step decoding; :mod:`adaptive_decoding.framework.tuning.study`) before
 its cells run, on the experiment's own model, so a tuned row needs no separate ``adec tune`` run.
 
 ```yaml
@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments.spec import TUNE_DEFAULTS, TUNE_KEYS, Cell
+from adaptive_decoding.experiments.spec import TUNE_DEFAULTS, TUNE_KEYS, Cell
 
 
 def normalise_space(space: Any) -> dict[str, str]:
@@ -42,9 +42,9 @@ def normalise_space(space: Any) -> dict[str, str]:
 def check_tune(raw: Any, cls: Optional[type], fixed: dict) -> tuple[Optional[dict], list[tuple[str, str]]]:
     """A strategy's ``tune:`` mapping with defaults filled, and its problems as ``(key, message)``;
     ``cls`` is the controller's class (``None`` when unknown, then only the keys are checked)."""
-    from framework.core.params import ParameterError
-    from framework.tuning.options import TuneEvaluation, TuneSearch
-    from framework.tuning.space import tuned_space
+    from adaptive_decoding.framework.core.params import ParameterError
+    from adaptive_decoding.framework.tuning.options import TuneEvaluation, TuneSearch
+    from adaptive_decoding.framework.tuning.space import tuned_space
 
     if not isinstance(raw, dict):
         return None, [("", f"{raw!r} is not allowed; allowed: a mapping with keys {', '.join(TUNE_KEYS)}")]
@@ -70,7 +70,7 @@ def check_tune(raw: Any, cls: Optional[type], fixed: dict) -> tuple[Optional[dic
 
 def study_name(cell: Cell) -> str:
     """One study per (strategy, task): a file-safe name from the strategy's label and the task's key."""
-    from framework.tuning.study import safe_study_name
+    from adaptive_decoding.framework.tuning.study import safe_study_name
 
     return safe_study_name(f"{cell.strategy.label}-{cell.task.key}")[:96]
 
@@ -82,7 +82,7 @@ def tuned_cell(cell: Cell, loaded: Any, task: Any, folder: Path, batch_size: int
     name = study_name(cell)
     path = Path(folder) / f"{name}.yaml"
     if not path.is_file() and (dist is None or dist.is_main):
-        from framework.tuning.study import tune_controller
+        from adaptive_decoding.framework.tuning.study import tune_controller
 
         tune_controller(cell.controller, task.name, tune_options(tune, cell, folder, name, batch_size),
                         task_params=task.get_params(), loaded=loaded)
@@ -92,9 +92,9 @@ def tuned_cell(cell: Cell, loaded: Any, task: Any, folder: Path, batch_size: int
 
 
 def tune_options(tune: dict, cell: Cell, folder: Path, name: str, batch_size: int) -> Any:
-    """The study's :class:`~framework.tuning.options.TuneOptions`, built from the strategy's ``tune:``
+    """The study's :class:`~adaptive_decoding.framework.tuning.options.TuneOptions`, built from the strategy's ``tune:``
     mapping (validated, with its defaults) and the cell: its fixed parameters and decoding options."""
-    from framework.tuning.options import TuneOptions
+    from adaptive_decoding.framework.tuning.options import TuneOptions
 
     return TuneOptions.from_dict({
         "search": {"n_trials": tune["n_trials"], "seed": tune["seed"], "fixed": dict(cell.params),

@@ -1,5 +1,5 @@
-"""Entry points of spawned ranks: ``python -m experiments.workers train-smoke`` and the experiment
-worker that :func:`experiments.distributed.spawn` starts.
+"""Entry points of spawned ranks: ``python -m adaptive_decoding.experiments.workers train-smoke`` and the experiment
+worker that :func:`adaptive_decoding.experiments.distributed.spawn` starts.
 """
 
 from __future__ import annotations
@@ -12,16 +12,16 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from experiments.distributed import DistContext, evaluate_sharded, lightning_ddp_smoke
-from experiments.options import ExperimentOptions, ShardedEvaluation
+from adaptive_decoding.experiments.distributed import DistContext, evaluate_sharded, lightning_ddp_smoke
+from adaptive_decoding.experiments.options import ExperimentOptions, ShardedEvaluation
 
 
 def run_experiment_worker(ctx: DistContext, path: str, out_dir: str, options: ExperimentOptions,
                           overrides: Optional[dict] = None) -> Any:
     """One rank of ``adec run --procs N`` (module level, so :func:`spawn` can start it): the experiment
     file ``path`` (with ``overrides``) run by ``options``; only rank 0 logs to W&B and shows progress."""
-    from experiments.parse import load_experiment
-    from experiments.runner import run_experiment
+    from adaptive_decoding.experiments.parse import load_experiment
+    from adaptive_decoding.experiments.runner import run_experiment
 
     exp = load_experiment(path, overrides=overrides)
     if not ctx.is_main:
@@ -36,11 +36,11 @@ def evaluate_jobs(ctx: Optional[DistContext], jobs: Sequence[dict]) -> list:
     Module level, so ``spawn(evaluate_jobs, 2, jobs)`` runs it on 2 processes; ``evaluate_jobs(None, jobs)``
     is the single-process run it must equal.
     """
-    from experiments.cells import load_any_model
-    from experiments.spec import ensure_text_task
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.tasks.base import get_task
+    from adaptive_decoding.experiments.cells import load_any_model
+    from adaptive_decoding.experiments.spec import ensure_text_task
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.tasks.base import get_task
 
     ensure_text_task()
     out = []
@@ -50,7 +50,7 @@ def evaluate_jobs(ctx: Optional[DistContext], jobs: Sequence[dict]) -> list:
         config = DecodeConfig.build(**{"gen_length": task.gen_length, **job.get("decode", {})})
         lookahead = None
         if job.get("lookahead"):
-            from framework.engine.lookahead import Lookahead
+            from adaptive_decoding.framework.engine.lookahead import Lookahead
 
             lookahead = Lookahead.build(**job["lookahead"])
         controller = build_controller(job["controller"], **job.get("params", {}))
@@ -60,7 +60,7 @@ def evaluate_jobs(ctx: Optional[DistContext], jobs: Sequence[dict]) -> list:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.workers",
+    p = argparse.ArgumentParser(prog="python -m adaptive_decoding.experiments.workers",
                                 description="Lightning DDP training smoke (re-run by Lightning for each "
                                             "rank).")
     sub = p.add_subparsers(dest="cmd", required=True)

@@ -1,7 +1,7 @@
 """``ar_logprob``: the geometric mean of a candidate's token probabilities under a small causal LM.
 
 The verifier idea of adaptive parallel decoding with an autoregressive model: a left-to-right LM
-q_φ trained on the same task data (:mod:`framework.training.causal_lm`) reads ``prompt + candidate`` and
+q_φ trained on the same task data (:mod:`adaptive_decoding.framework.training.causal_lm`) reads ``prompt + candidate`` and
 ``s = exp((1/|D|) Σ_{i∈D} log q_φ(x_i | x_{<i})) − 1``, D the decided, non-padding positions of
 the candidate (undecided positions are fed as ``[MASK]``, which the LM was trained to read).
 In [−1, 0]; 0 when nothing is decided.
@@ -16,8 +16,8 @@ from typing import Any, Optional
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
 
 from .logprob import geometric_mean_score
 
@@ -45,7 +45,7 @@ class ARLogProb(Scorer):
         if not task:
             raise ValueError("ar_logprob needs a causal LM: give task=NAME, a 'task' in the scoring context's meta, "
                              "or context.resources['causal_lm']")
-        from framework.training.causal_lm import load_causal_lm
+        from adaptive_decoding.framework.training.causal_lm import load_causal_lm
 
         return load_causal_lm(str(task), train_if_missing=bool(self.train_if_missing))
 
@@ -78,6 +78,6 @@ class ARLogProb(Scorer):
 
 
 def _token_logprobs(lm: Any, ids: torch.Tensor) -> torch.Tensor:
-    from framework.training.causal_lm import token_logprobs
+    from adaptive_decoding.framework.training.causal_lm import token_logprobs
 
     return token_logprobs(lm, ids)

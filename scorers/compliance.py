@@ -22,8 +22,8 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
 
 DEFAULT_BANNED = (
     "the cheapest", "cheapest ever", "the best", "the lowest price", "number one", "guaranteed",

@@ -18,8 +18,8 @@ from typing import Any
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
 
 HASH_DIM = 512
 

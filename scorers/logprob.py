@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
 
 
 def geometric_mean_score(logp: torch.Tensor, mask: torch.Tensor, floor: float) -> torch.Tensor:

@@ -13,8 +13,8 @@ from typing import Any
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.scorer import (
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.scorer import (
     SCORERS,
     Candidates,
     Scorer,

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from framework.core.params import Param
-from framework.core.rng import mix64
-from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.core.rng import mix64
+from adaptive_decoding.framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
 
 
 def repeated_fraction(tokens: torch.Tensor, valid: torch.Tensor, n: int) -> torch.Tensor:

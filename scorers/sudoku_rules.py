@@ -23,9 +23,9 @@ from typing import Optional
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
-from framework.tasks.sudoku9_solver import grid_units
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from adaptive_decoding.framework.tasks.sudoku9_solver import grid_units
 
 SIZES = (4, 9)
 

@@ -1,4 +1,4 @@
-"""One-off studies, all in this folder, run from a checkout (``python -m experiments.studies.NAME``);
+"""One-off studies, all in this folder, run from a checkout (``python -m adaptive_decoding.experiments.studies.NAME``);
 not in the wheel. Each is listed here and in docs/experiments.md ("One-off studies"):
 
 * ``first_step_ceiling``: how much of the oracle's first forward a score-ranking controller can commit.

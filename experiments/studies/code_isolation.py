@@ -1,6 +1,6 @@
 """The ``code`` metric's isolation cost: start-up per program, and programs scored per second.
 
-``python -m experiments.studies.code_isolation [--repeats 30] [--programs 200] [--workers 2]``
+``python -m adaptive_decoding.experiments.studies.code_isolation [--repeats 30] [--programs 200] [--workers 2]``
 
 * **per program**: scoring one trivial correct program (``def add``, one assert), ``repeats``
   rounds after a warm-up, each round taking ``bare`` (a plain ``python -I -c pass``: what any
@@ -27,8 +27,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
-from framework.tasks.base import Example
-from framework.tasks.metrics import get_metric, sandbox
+from adaptive_decoding.framework.tasks.base import Example
+from adaptive_decoding.framework.tasks.metrics import get_metric, sandbox
 
 ROW = Example(id="e", prompt="", answer="", meta={"test": "assert add(2, 3) == 5\n"})
 TRIVIAL = "def add(a, b):\n    return a + b\n"

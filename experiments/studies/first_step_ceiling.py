@@ -25,7 +25,7 @@ measures, on the first forward of ``n`` test prompts:
   profile tell, per prompt, how far down the ranking is safe (the gap between the hindsight bound
   and one cut-off for all)? Reported per q as blanks committed and prompts error-free.
 
-    python -m experiments.studies.first_step_ceiling --task sudoku9 --n 300 \
+    python -m adaptive_decoding.experiments.studies.first_step_ceiling --task sudoku9 --n 300 \
         --policy rl=runs/controllers/sudoku9-tiny-sudoku9-rl-res/mlp.pt --train 500
 """
 
@@ -37,12 +37,12 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.params import ParameterError, parse_assignments
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision, DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.features import StepFeatures
-from framework.engine.loop import decode
+from adaptive_decoding.framework.core.params import ParameterError, parse_assignments
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.loop import decode
 
 
 def clean_prefix(score: torch.Tensor, right: torch.Tensor, blank: torch.Tensor) -> torch.Tensor:
@@ -96,8 +96,8 @@ class _FirstStep(Controller):
 def first_step(loaded: Any, task: Any, split: str, n: int, policies: dict[str, str], batch: int = 100,
                hidden: bool = False) -> dict[str, Any]:
     """Scores, rightness and blanks of the first forward over ``n`` prompts of ``split``."""
-    from framework.learning.features import feature_matrix
-    from framework.learning.policy import load_policy
+    from adaptive_decoding.framework.learning.features import feature_matrix
+    from adaptive_decoding.framework.learning.policy import load_policy
 
     den, tok = loaded.denoiser, loaded.tokenizer
     examples = task.examples(split, n, seed=0)
@@ -207,7 +207,7 @@ def report(data: dict, extra: Optional[dict] = None) -> list[dict]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.studies.first_step_ceiling", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m adaptive_decoding.experiments.studies.first_step_ceiling", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="sudoku9")
     p.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE",
@@ -218,8 +218,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--train", type=int, default=0, metavar="N",
                    help="fit the hidden-state probe and the adaptive count on N training prompts")
     args = p.parse_args(argv)
-    from framework.tasks.base import get_task
-    from framework.training.zoo import load_model
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.training.zoo import load_model
 
     try:
         params = parse_assignments(args.task_param, option="--task-param")

@@ -1,7 +1,7 @@
 """The learned-controller table from a report's ``benchmark.json``: per task, the best learned curve
 against the best non-learned one and the oracle, at matched accuracy, with AUPs and training times.
 
-    python -m experiments.studies.learned_table docs/benchmark.json [runs/controllers]
+    python -m adaptive_decoding.experiments.studies.learned_table docs/benchmark.json [runs/controllers]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-from experiments.tables import MISSING, figure, markdown_row, markdown_table
+from adaptive_decoding.experiments.tables import MISSING, figure, markdown_row, markdown_table
 
 
 def _row(label: str, p: Optional[dict]) -> str:

@@ -6,7 +6,7 @@ already equals the token one-token-per-step decoding ends with) says nothing abo
 uncertain words can be committed *together*. This study decodes with a hindsight controller that,
 at every step, walks the window's eligible positions by descending confidence and keeps each one
 whose x0, committed together with those kept before it and everything already decided, can still be
-completed to a correct answer (:meth:`framework.tasks.base.Task.completable`, which reads the
+completed to a correct answer (:meth:`adaptive_decoding.framework.tasks.base.Task.completable`, which reads the
 answer); it commits the kept set, or the most confident position when nothing is safe. Its commits
 are restricted to what a policy sees (the model's own x0, in the model's confidence order); only the
 cut uses the answer. So its tokens per forward bound any controller that ranks by confidence and
@@ -15,8 +15,8 @@ chooses, per step, which of them to commit: what "close to the limit" means for 
 Beside it, on the same test prompts: one token per step, the ``oracle`` (the per-position bound),
 the dependence-aware hand rule (``neighbour_nms``), EB and Fast-dLLM.
 
-    python -m experiments.studies.set_bound --task phrases --n 100
-    python -m experiments.studies.set_bound --task sudoku9 --task-param grade=hard --n 100
+    python -m adaptive_decoding.experiments.studies.set_bound --task phrases --n 100
+    python -m adaptive_decoding.experiments.studies.set_bound --task sudoku9 --task-param grade=hard --n 100
 """
 
 from __future__ import annotations
@@ -27,14 +27,14 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.measure import tokens_per_forward
-from framework.core.params import ParameterError, parse_assignments
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision, DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.features import StepFeatures
-from framework.engine.loop import decode
-from framework.learning.set_labels import Check, greedy_safe_set
+from adaptive_decoding.framework.core.measure import tokens_per_forward
+from adaptive_decoding.framework.core.params import ParameterError, parse_assignments
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.learning.set_labels import Check, greedy_safe_set
 
 #: the rows beside the bound: (label, controller, params)
 BESIDE = (("sequential", "sequential", {}), ("oracle (per-position bound)", "oracle", {}),
@@ -89,7 +89,7 @@ def set_bound_row(loaded: Any, task: Any, config: DecodeConfig, n: int, batch: i
 
 def rows_beside(loaded: Any, task: Any, config: DecodeConfig, n: int) -> list[dict[str, Any]]:
     """The :data:`BESIDE` strategies on the same prompts (the oracle's reference decode is not counted)."""
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     out = []
     for label, name, params in BESIDE:
@@ -99,7 +99,7 @@ def rows_beside(loaded: Any, task: Any, config: DecodeConfig, n: int) -> list[di
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.studies.set_bound", description=__doc__,
+    p = argparse.ArgumentParser(prog="python -m adaptive_decoding.experiments.studies.set_bound", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--task", default="phrases")
     p.add_argument("--task-param", action="append", default=[], metavar="KEY=VALUE",
@@ -107,8 +107,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--model", default=None, help="default: the task's built-in model")
     p.add_argument("--n", type=int, default=100, help="test prompts (default: 100)")
     args = p.parse_args(argv)
-    from framework.tasks.base import get_task
-    from framework.training.zoo import load_model_for_task
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.training.zoo import load_model_for_task
 
     try:
         task = get_task(args.task, **parse_assignments(args.task_param, option="--task-param"))

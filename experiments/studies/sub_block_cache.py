@@ -7,8 +7,8 @@ The checkpoint is the test suite's (``tests/fixtures/real_format/families.py``: 
 embeddings, random weights, the final norm scaled by 40 so that threshold decisions vary), with
 ``bd_size`` = ``--block``. Run from the repository root::
 
-    python -m experiments.studies.sub_block_cache --block 8 --small 2 4 --threshold 0.9 0.6
-    python -m experiments.studies.sub_block_cache --block 32 --small 8 --threshold 0.9 --gen-length 64
+    python -m adaptive_decoding.experiments.studies.sub_block_cache --block 8 --small 2 4 --threshold 0.9 0.6
+    python -m adaptive_decoding.experiments.studies.sub_block_cache --block 32 --small 8 --threshold 0.9 --gen-length 64
 """
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from pathlib import Path
 
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.models.arch import load_architecture
-from framework.models.own import OwnArchitectureDenoiser
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.models.arch import load_architecture
+from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
 ROOT = Path(__file__).resolve().parents[1]
 MASK, V, EOS = 310, 320, 81

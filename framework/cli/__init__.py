@@ -1,5 +1,5 @@
 """``adec``: one module per command (``register(subparsers)`` + ``run(args)``); :func:`main` dispatches."""
 
-from framework.cli.main import main
+from adaptive_decoding.framework.cli.main import main
 
 __all__ = ["main"]

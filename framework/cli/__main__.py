@@ -1,7 +1,7 @@
-"""``python -m framework.cli`` = ``adec``."""
+"""``python -m adaptive_decoding.framework.cli`` = ``adec``."""
 
 import sys
 
-from framework.cli.main import main
+from adaptive_decoding.framework.cli.main import main
 
 sys.exit(main())

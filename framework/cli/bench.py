@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from framework.cli.options import (
+from adaptive_decoding.framework.cli.options import (
     MODEL_HELP,
     TASK_PARAM_HELP,
     add_model_args,
@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def parse_controller_arg(text: str) -> tuple[str, dict]:
-    from framework.core.params import parse_assignments
+    from adaptive_decoding.framework.core.params import parse_assignments
 
     name, _, rest = text.partition(":")
     if name == "tuned":  # tuned:PATH keeps its colon
@@ -77,13 +77,13 @@ def parse_controller_arg(text: str) -> tuple[str, dict]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.strategies import BASELINES, EOS_PAIRS, NEWCOMER, Strategy
-    from framework.cli.errors import CLIError
-    from framework.core.params import parse_assignments
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import evaluate
-    from framework.tasks.base import get_task
+    from adaptive_decoding.experiments.strategies import BASELINES, EOS_PAIRS, NEWCOMER, Strategy
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.core.params import parse_assignments
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.tasks.base import get_task
 
     if args.n < 1 or args.repeats < 1 or args.batch_size < 1:
         raise CLIError("--n, --repeats and --batch-size must be ≥ 1")
@@ -132,11 +132,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _lookahead(strategy: Any) -> Any:
-    """The strategy's :class:`framework.engine.lookahead.Lookahead` (the evaluation hands its scorers
+    """The strategy's :class:`adaptive_decoding.framework.engine.lookahead.Lookahead` (the evaluation hands its scorers
     the tokenizer, the prompts and the task's meta), or ``None``."""
     if not strategy.lookahead:
         return None
-    from framework.engine.lookahead import Lookahead
+    from adaptive_decoding.framework.engine.lookahead import Lookahead
 
     return Lookahead.build(**strategy.lookahead)
 
@@ -145,7 +145,7 @@ def plot_rows(rows: list[dict], path: str, title: str) -> Any:
     """The bench table as a PNG of accuracy against tokens per forward (the report's plot)."""
     from pathlib import Path
 
-    from experiments.plots import plot_task
+    from adaptive_decoding.experiments.plots import plot_task
 
     shown = [{**r, "quality": r["accuracy"], "quality_metric": "accuracy", "higher_is_better": True,
               "curve": None, "lookahead": bool(r.get("lookahead"))} for r in rows]

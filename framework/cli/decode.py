@@ -6,7 +6,7 @@ import argparse
 import json
 import sys
 
-from framework.cli.options import (
+from adaptive_decoding.framework.cli.options import (
     add_decoding_args,
     add_lookahead_args,
     build_lookahead,
@@ -45,16 +45,16 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framework.cli.errors import CLIError
-    from framework.engine.context import DecodeContext
-    from framework.engine.evaluate import item_seeds
-    from framework.engine.loop import decode
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.engine.context import DecodeContext
+    from adaptive_decoding.framework.engine.evaluate import item_seeds
+    from adaptive_decoding.framework.engine.loop import decode
 
     options = model_options(args)  # a device this machine lacks fails here, before any work
     prompts: list[str] = list(args.prompt)
     ids: list[str] = [f"prompt-{i}" for i in range(len(prompts))]
     if args.prompt_file:
-        from framework.tasks.prompts import read_prompts
+        from adaptive_decoding.framework.tasks.prompts import read_prompts
 
         items, problems = read_prompts(args.prompt_file, on_error="refuse")
         prompts += [it.prompt for it in items]
@@ -67,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     defaults = {}
     t = None
     if getattr(loaded, "task", None):
-        from framework.tasks.base import get_task
+        from adaptive_decoding.framework.tasks.base import get_task
 
         t = get_task(loaded.task)
         defaults = {"gen_length": t.gen_length, "block_length": t.default_block_length}

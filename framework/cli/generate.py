@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from framework.cli.options import (
+from adaptive_decoding.framework.cli.options import (
     DEFAULT_MODEL,
     TASK_PARAM_HELP,
     add_decoding_args,
@@ -28,19 +28,19 @@ from framework.cli.options import (
     parse_task_params,
     resolve_decoding,
 )
-from framework.core.params import parse_assignments
-from framework.engine.controller_io import build_controller
-from framework.engine.layout import config_for_model
-from framework.jobs.errors import JobInputError, OutputFileError
-from framework.jobs.options import JobOptions
-from framework.jobs.plan import check_items, check_job_options
-from framework.jobs.runner import run_generation_job
-from framework.tasks.prompts import LineProblem, PromptItem, read_prompts
+from adaptive_decoding.framework.core.params import parse_assignments
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.layout import config_for_model
+from adaptive_decoding.framework.jobs.errors import JobInputError, OutputFileError
+from adaptive_decoding.framework.jobs.options import JobOptions
+from adaptive_decoding.framework.jobs.plan import check_items, check_job_options
+from adaptive_decoding.framework.jobs.runner import run_generation_job
+from adaptive_decoding.framework.tasks.prompts import LineProblem, PromptItem, read_prompts
 
 FLAGS = {"batch_size": "--batch-size", "item_timeout_s": "--item-timeout", "job_timeout_s": "--job-timeout",
          "max_retries": "--max-retries"}
 EXIT_OK, EXIT_ITEM_ERRORS, EXIT_JOB_TIMEOUT, EXIT_INTERRUPTED = 0, 1, 3, 130
-SPLITS = ("train", "validation", "test")  # = framework.tasks.base.SPLITS (not imported to build the parser)
+SPLITS = ("train", "validation", "test")  # = adaptive_decoding.framework.tasks.base.SPLITS (not imported to build the parser)
 ONE_INPUT = ("give exactly one of --input PROMPTS.jsonl (your prompts) and --task NAME (a task's split, e.g. "
              "--task data --task-param test=FILE.jsonl --task-param prompt=COLUMN)")
 
@@ -143,7 +143,7 @@ def _add_task_args(p: argparse.ArgumentParser) -> None:
 
 def load_model_for(name: Optional[str], device: str, task: Any = None, **options: Any) -> Any:
     """The model of ``--model`` (a seam for tests: replace to inject a model); ``options`` are
-    ``dtype``, ``trust_remote_code`` and ``chat`` (see :func:`framework.training.zoo.load_model`);
+    ``dtype``, ``trust_remote_code`` and ``chat`` (see :func:`adaptive_decoding.framework.training.zoo.load_model`);
     with ``task`` (``--task``) the task's chat wish applies (``load_cli_model(..., task=task)``)."""
     return load_cli_model(name, {"device": device, **options}, task=task)
 
@@ -164,8 +164,8 @@ def task_lengths(task: Any, sets: list[str]) -> dict[str, Any]:
 def task_defaults(model: str, sets: list[str]) -> dict[str, Any]:
     """:func:`task_lengths` of the task the model was trained for, known without loading it (a
     built-in name, or the ``task`` in a saved folder's config.json); ``{}`` when it names none."""
-    from framework.models.saved import CONFIG_FILE
-    from framework.training.zoo import MODELS
+    from adaptive_decoding.framework.models.saved import CONFIG_FILE
+    from adaptive_decoding.framework.training.zoo import MODELS
 
     task, task_params = None, {}
     cfg = Path(model).expanduser() / CONFIG_FILE
@@ -177,7 +177,7 @@ def task_defaults(model: str, sets: list[str]) -> dict[str, Any]:
             task = MODELS.get(model).task
         if not task:
             return {}
-        from framework.tasks.base import get_task
+        from adaptive_decoding.framework.tasks.base import get_task
 
         t = get_task(task, **task_params)
     except Exception:  # noqa: BLE001 - a corrupt folder is reported by load_model, naming the file
@@ -188,7 +188,7 @@ def task_defaults(model: str, sets: list[str]) -> dict[str, Any]:
 # ---------------------------------------------------------------------------------- --task input
 def check_input_choice(args: argparse.Namespace) -> None:
     """Exactly one of ``--input`` and ``--task``; the task-only flags only with ``--task``."""
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     if (args.input is None) == (args.task is None):
         given = "both were given" if args.input is not None else "neither was given"
@@ -218,8 +218,8 @@ def split_size(task: Any, split: str) -> Optional[int]:
 def task_examples(args: argparse.Namespace) -> tuple[Any, list[Any]]:
     """The task of ``--task`` / ``--task-param`` (built and validated) and the examples of ``--split``:
     the first ``--n``, by default all of them."""
-    from framework.cli.errors import CLIError
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.tasks.base import get_task
 
     task = get_task(args.task, **parse_task_params(args.task, args.task_params))
     split = args.split or "test"
@@ -257,7 +257,7 @@ class TaskScore:
 def score_rows(task: Any, examples: Sequence[Any], output: str) -> TaskScore:
     """Score every ok row of ``output`` that belongs to one of ``examples`` with ``task.score`` (rows of
     earlier runs included: a resumed job scores all of its rows); error and missing rows are not scored."""
-    from framework.jobs.output import read_results
+    from adaptive_decoding.framework.jobs.output import read_results
 
     texts = {r["id"]: r["text"] for r in read_results(output)
              if r["status"] == "ok" and r["text"] is not None}
@@ -285,7 +285,7 @@ def read_input(args: argparse.Namespace) -> _Input:
     if args.task is not None:
         task, examples = task_examples(args)
         if args.model is None:
-            from framework.training.zoo import default_model_name
+            from adaptive_decoding.framework.training.zoo import default_model_name
 
             args.model = default_model_name(task)
         return _Input(example_items(examples), [], task_lengths(task, args.sets), task, examples)
@@ -298,7 +298,7 @@ def read_input(args: argparse.Namespace) -> _Input:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     check_job_options(args.batch_size, args.item_timeout, args.job_timeout, args.max_retries, names=FLAGS)
     check_input_choice(args)
@@ -356,7 +356,7 @@ def _raise_interrupt(signum: int, frame: Any) -> None:
 
 
 def job_options(args: argparse.Namespace, fallback: Any, skipped: list) -> JobOptions:
-    """The job's :class:`~framework.jobs.options.JobOptions`, built once from the flags (``fallback``
+    """The job's :class:`~adaptive_decoding.framework.jobs.options.JobOptions`, built once from the flags (``fallback``
     the checked ``--fallback`` controller, ``skipped`` the input lines the reader skipped)."""
     return JobOptions.from_dict({
         "batching": {"batch_size": args.batch_size},

@@ -5,16 +5,16 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from experiments.tables import markdown_table
+from adaptive_decoding.experiments.tables import markdown_table
 
 KINDS = {
-    "controllers": ("framework.engine.controller", "CONTROLLERS"),
-    "scorers": ("framework.engine.scorer", "SCORERS"),
-    "tasks": ("framework.tasks.base", "TASKS"),
-    "models": ("framework.training.zoo", "MODELS"),
-    "metrics": ("experiments.metrics", "METRICS"),
-    "answer-metrics": ("framework.tasks.metrics", "METRICS"),
-    "options": ("framework.cli.listing", "OPTIONS"),
+    "controllers": ("adaptive_decoding.framework.engine.controller", "CONTROLLERS"),
+    "scorers": ("adaptive_decoding.framework.engine.scorer", "SCORERS"),
+    "tasks": ("adaptive_decoding.framework.tasks.base", "TASKS"),
+    "models": ("adaptive_decoding.framework.training.zoo", "MODELS"),
+    "metrics": ("adaptive_decoding.experiments.metrics", "METRICS"),
+    "answer-metrics": ("adaptive_decoding.framework.tasks.metrics", "METRICS"),
+    "options": ("adaptive_decoding.framework.cli.listing", "OPTIONS"),
 }
 
 
@@ -26,10 +26,10 @@ class _Options:
 
     def get(self, name: str):
         if name == "decoding":
-            from framework.engine.config import DecodeConfig
+            from adaptive_decoding.framework.engine.config import DecodeConfig
 
             return DecodeConfig
-        from framework.engine.lookahead import Lookahead
+        from adaptive_decoding.framework.engine.lookahead import Lookahead
 
         return Lookahead
 

@@ -1,7 +1,7 @@
 """``adec lm-eval ARGS``: lm-evaluation-harness's command line with the ``adec`` model registered.
 
 lm-eval finds a ``--model`` only in its own registry and (in 0.4.x) has no plugin discovery, so
-this command imports :mod:`framework.integrations.lm_eval_model` (which registers ``adec``) and hands every
+this command imports :mod:`adaptive_decoding.framework.integrations.lm_eval_model` (which registers ``adec``) and hands every
 argument, unchanged, to lm-eval's CLI. Without ``--model`` it adds ``--model adec``.
 """
 
@@ -45,12 +45,12 @@ def lm_eval_argv(args: list[str]) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     try:
         from lm_eval.__main__ import cli_evaluate
 
-        import framework.integrations.lm_eval_model  # noqa: F401  (registers the adec model with lm-eval)
+        import adaptive_decoding.framework.integrations.lm_eval_model  # noqa: F401  (registers the adec model with lm-eval)
     except ModuleNotFoundError as exc:
         if exc.name and exc.name.split(".")[0] == "lm_eval":
             raise CLIError("lm-evaluation-harness is not installed: pip install 'adaptive-decoding[eval]' "

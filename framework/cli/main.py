@@ -1,6 +1,6 @@
 """``adec``: the command-line entry point.
 
-Each sub-command lives in its own module under :mod:`framework.cli` and exposes
+Each sub-command lives in its own module under :mod:`adaptive_decoding.framework.cli` and exposes
 ``register(subparsers)``; this dispatcher only collects them.
 """
 
@@ -11,9 +11,14 @@ import os
 import sys
 from typing import Sequence
 
-from framework.cli.errors import CLIError
-from framework.core.params import ParameterError
-from framework.core.registry import PluginImportError, UnknownNameError, import_plugin, skip_broken_plugins
+from adaptive_decoding.framework.cli.errors import CLIError
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.core.registry import (
+    PluginImportError,
+    UnknownNameError,
+    import_plugin,
+    skip_broken_plugins,
+)
 
 COMMAND_MODULES = (
     "decode",
@@ -46,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="warn about, instead of failing on, a plugin module or entry point that does not "
                              "import (the broken plugin is left out)")
     for name in COMMAND_MODULES:
-        mod = import_plugin(f"framework.cli.{name}", "command module")
+        mod = import_plugin(f"adaptive_decoding.framework.cli.{name}", "command module")
         if mod is not None:
             mod.register(sub)
     return parser

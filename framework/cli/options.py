@@ -5,7 +5,7 @@
 (``adec list models``) or a hub name ``org/name`` found in the local Hugging Face cache; nothing is
 downloaded. ``--dtype`` and ``--device`` are checked when the command line is parsed, before any work.
 
-``--set key=value`` reaches both the loop's :class:`framework.engine.config.DecodeConfig` and the
+``--set key=value`` reaches both the loop's :class:`adaptive_decoding.framework.engine.config.DecodeConfig` and the
 controller's own parameters; a key that neither knows fails with both lists.
 """
 
@@ -16,14 +16,14 @@ import re
 from dataclasses import dataclass
 from typing import Any, Optional
 
-from framework.core.params import ParameterError, parse_assignments
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller
-from framework.engine.controller_io import build_controller
-from framework.engine.controller_io import split_settings as engine_split_settings
+from adaptive_decoding.framework.core.params import ParameterError, parse_assignments
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.controller_io import split_settings as engine_split_settings
 
 DEFAULT_MODEL = "tiny-addition"
-DTYPES = ("auto", "float32", "bfloat16", "float16")  # = framework.models.hub_loading.DTYPES
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # = adaptive_decoding.framework.models.hub_loading.DTYPES
 DEVICES = "auto, cpu, cuda, cuda:N, mps"
 
 
@@ -41,8 +41,8 @@ TASK_PARAM_HELP = ("task parameter, repeatable: a size knob (--task-param digits
 def parse_task_params(task: str, pairs: list[str]) -> dict[str, Any]:
     """``--task-param KEY=VALUE`` pairs of ``task``: values of the task's string parameters kept as
     written (a template ``{question}``), the others read as literals (``digits=2``, ``until=[w0]``)."""
-    from framework.core.params import parse_assignments
-    from framework.tasks.base import TASKS
+    from adaptive_decoding.framework.core.params import parse_assignments
+    from adaptive_decoding.framework.tasks.base import TASKS
 
     return parse_assignments(pairs, option="--task-param", declared=getattr(TASKS.get(task), "params", None))
 
@@ -81,11 +81,11 @@ def add_model_args(g: Any, *, model_default: Optional[str] = DEFAULT_MODEL, mode
 
 
 def model_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of :func:`framework.training.zoo.load_model` from the parsed flags,
+    """The keyword arguments of :func:`adaptive_decoding.framework.training.zoo.load_model` from the parsed flags,
     with the device resolved (``auto``) and checked on this machine."""
-    from framework.cli.errors import CLIError
-    from framework.models.hub_adapters import HubModelError
-    from framework.models.hub_loading import resolve_device
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.models.hub_adapters import HubModelError
+    from adaptive_decoding.framework.models.hub_loading import resolve_device
 
     try:
         device = resolve_device(getattr(args, "device", "auto"))
@@ -100,12 +100,12 @@ def model_options(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def load_cli_model(name: Optional[str], options: dict[str, Any], task: Any = None) -> Any:
-    """:func:`framework.training.zoo.load_model` with its loading errors as one-line CLI errors; with
+    """:func:`adaptive_decoding.framework.training.zoo.load_model` with its loading errors as one-line CLI errors; with
     ``task``, ``name=None`` is the task's built-in model and the task's chat wish applies
-    (:func:`framework.training.zoo.load_model_for_task`)."""
-    from framework.cli.errors import CLIError
-    from framework.models.hub_adapters import HubModelError
-    from framework.training.zoo import load_model, load_model_for_task
+    (:func:`adaptive_decoding.framework.training.zoo.load_model_for_task`)."""
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.models.hub_adapters import HubModelError
+    from adaptive_decoding.framework.training.zoo import load_model, load_model_for_task
 
     try:
         if task is not None:
@@ -175,16 +175,16 @@ def resolve_decoding(args: argparse.Namespace, defaults: Optional[dict[str, Any]
 
 
 def build_lookahead(args: argparse.Namespace):
-    """A :class:`framework.engine.lookahead.Lookahead` from ``--scorer SPEC`` and ``--lookahead KEY=VALUE``,
+    """A :class:`adaptive_decoding.framework.engine.lookahead.Lookahead` from ``--scorer SPEC`` and ``--lookahead KEY=VALUE``,
     or ``None`` without ``--scorer``; its scorers read the tokenizer, prompts and metas of each decode
-    call's context (:meth:`framework.engine.context.DecodeContext.for_batch`)."""
+    call's context (:meth:`adaptive_decoding.framework.engine.context.DecodeContext.for_batch`)."""
     spec = getattr(args, "scorer", None)
     sets = getattr(args, "lookahead_sets", None) or []
     if not spec:
         if sets:
             raise ParameterError(f"--lookahead {sets[0]} has no effect without --scorer SPEC")
         return None
-    from framework.engine.lookahead import Lookahead
-    from framework.engine.scorer import parse_scorer_spec
+    from adaptive_decoding.framework.engine.lookahead import Lookahead
+    from adaptive_decoding.framework.engine.scorer import parse_scorer_spec
 
     return Lookahead.build(scorer=parse_scorer_spec(spec), **parse_assignments(sets))

@@ -1,7 +1,7 @@
 """``adec profile``: per-step cost at real shapes (LLaDA's vocabulary, prompt 256, generation 256,
-blocks of 32), ``decode`` beside a bare loop, for every KV-cache mode; see :mod:`framework.profiling`.
+blocks of 32), ``decode`` beside a bare loop, for every KV-cache mode; see :mod:`adaptive_decoding.framework.profiling`.
 ``--arch llada2 | sdar | fast_dllm_v2`` profiles a block-causal model at a released checkpoint's
-shapes instead (:mod:`framework.profiling.shapes`), with ``cache = none | block``."""
+shapes instead (:mod:`adaptive_decoding.framework.profiling.shapes`), with ``cache = none | block``."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    from framework.profiling.shapes import ARCH_NAMES
+    from adaptive_decoding.framework.profiling.shapes import ARCH_NAMES
 
     p.add_argument("--arch", default="llada", choices=ARCH_NAMES,
                    help="llada (default): LLaDA's architecture with the body the flags below give; llada2 "
@@ -85,7 +85,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="timed runs per configuration, after one warm-up run that measures peak memory")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the rows and ratios as JSON")
-    from framework.cli.options import DTYPES, device_arg
+    from adaptive_decoding.framework.cli.options import DTYPES, device_arg
 
     p.add_argument("--dtype", default="auto", choices=DTYPES, help="auto = bfloat16 on a GPU, float32 on CPU")
     p.add_argument("--device", default="auto", type=device_arg, help="auto = CUDA when present, else CPU")
@@ -96,8 +96,8 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from tqdm.auto import tqdm
 
-    from framework.models.hub_loading import resolve_device, resolve_dtype
-    from framework.profiling import as_dicts, markdown_table, ratios, run_profile
+    from adaptive_decoding.framework.models.hub_loading import resolve_device, resolve_dtype
+    from adaptive_decoding.framework.profiling import as_dicts, markdown_table, ratios, run_profile
 
     overrides = _check_args(args)
     if args.threads:
@@ -131,9 +131,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def profile_options(args: argparse.Namespace) -> Any:
-    """The :class:`~framework.profiling.options.ProfileOptions` of the (checked) flags: the shapes and
+    """The :class:`~adaptive_decoding.framework.profiling.options.ProfileOptions` of the (checked) flags: the shapes and
     the sweep, LLaDA's steps = ``--gen-length / --tokens-per-step``."""
-    from framework.profiling.options import ProfileOptions
+    from adaptive_decoding.framework.profiling.options import ProfileOptions
 
     return ProfileOptions.from_flat({
         "batches": args.batch, "prompt_length": args.prompt_length, "gen_length": args.gen_length,
@@ -145,7 +145,7 @@ def profile_options(args: argparse.Namespace) -> Any:
 def _check_args(args: argparse.Namespace) -> dict[str, Any]:
     """Fill the arch's defaults into ``args`` and refuse bad values before any work; returns the
     block-causal arch's config overrides (``--shape``)."""
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     overrides = _check_arch_flags(args)
     for name in ("prompt_length", "gen_length", "block_length", "tokens_per_step", "repeats", "d_model", "layers",
@@ -165,7 +165,7 @@ def _check_args(args: argparse.Namespace) -> dict[str, Any]:
 
 def _check_arch_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The arch-dependent defaults (body, block length, cache modes) and the flags each arch allows."""
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     if args.arch == "llada":
         if args.shape:
@@ -194,7 +194,7 @@ def _check_arch_flags(args: argparse.Namespace) -> dict[str, Any]:
 
 def _arch_block(arch: str) -> int:
     """The block size in ``arch``'s config (SDAR, LLaDA2: ``block_size``; Fast-dLLM v2: ``bd_size``)."""
-    from framework.profiling.shapes import ARCHS
+    from adaptive_decoding.framework.profiling.shapes import ARCHS
 
     config = ARCHS[arch].config
     return int(config.get("block_size") or config["bd_size"])
@@ -202,7 +202,7 @@ def _arch_block(arch: str) -> int:
 
 def _check_caches(args: argparse.Namespace, allowed: tuple[str, ...], default: tuple[str, ...] = ()) -> None:
     """``--cache`` defaults to ``default`` (every mode in ``allowed`` if empty); any other fails naming them."""
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     args.cache = args.cache or list(default or allowed)
     bad = [c for c in args.cache if c not in allowed]
@@ -212,7 +212,7 @@ def _check_caches(args: argparse.Namespace, allowed: tuple[str, ...], default: t
 
 def _parse_shape(items: list[str]) -> dict[str, Any]:
     """``KEY=VALUE`` pairs, each value read as JSON (numbers, true/false, null) or else as text."""
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     out: dict[str, Any] = {}
     for item in items:
@@ -228,8 +228,8 @@ def _parse_shape(items: list[str]) -> dict[str, Any]:
 
 def _build_model(args: argparse.Namespace, device: str, dtype: Any, overrides: dict[str, Any]) -> tuple[Any, str]:
     """The profiled model and the header's description of it."""
-    from framework.cli.errors import CLIError
-    from framework.profiling import ProfileArch, profile_model
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.profiling import ProfileArch, profile_model
 
     if args.arch == "llada":
         arch = ProfileArch.build(vocab_size=args.vocab_size, d_model=args.d_model, n_layers=args.layers,
@@ -240,8 +240,11 @@ def _build_model(args: argparse.Namespace, device: str, dtype: Any, overrides: d
                        f"{args.heads} heads, MLP {args.mlp_hidden}"
                        f"{f', full forwards in chunks of {args.query_chunk} queries' if args.query_chunk else ''} "
                        f"({params / 1e6:.0f}M parameters, random)")
-    from framework.models.arch.errors import CheckpointFormatError, UnsupportedArchitectureError
-    from framework.profiling.shapes import block_profile_model, describe
+    from adaptive_decoding.framework.models.arch.errors import (
+        CheckpointFormatError,
+        UnsupportedArchitectureError,
+    )
+    from adaptive_decoding.framework.profiling.shapes import block_profile_model, describe
 
     try:
         model = block_profile_model(args.arch, args.layers, device, dtype, overrides=overrides)

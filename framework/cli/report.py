@@ -28,8 +28,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.report import ReportError, write_report
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.experiments.report import ReportError, write_report
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     runs = args.runs or ["runs"]
     command = "adec " + " ".join(shlex.quote(a) for a in sys.argv[1:]) if sys.argv[1:2] == ["report"] else \

@@ -20,7 +20,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             "  adec run experiments/configs/smoke.yaml --wandb disabled\n"
             "  adec run experiments/configs/benchmark.yaml --out runs/ --resume\n"
             "  adec run experiments/configs/smoke.yaml --procs 2            # 2 CPU processes (gloo)\n"
-            "  torchrun --nproc_per_node 8 -m framework.cli run experiments/configs/llada_multigpu.yaml"
+            "  torchrun --nproc_per_node 8 -m adaptive_decoding.framework.cli run experiments/configs/llada_multigpu.yaml"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -47,14 +47,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from experiments.distributed import init_from_env, spawn
-    from experiments.options import ExperimentOptions
-    from experiments.parse import load_experiment
-    from experiments.runner import run_experiment
-    from experiments.spec import ExperimentError
-    from experiments.workers import run_experiment_worker
-    from framework.cli.errors import CLIError
-    from framework.core.params import parse_assignments
+    from adaptive_decoding.experiments.distributed import init_from_env, spawn
+    from adaptive_decoding.experiments.options import ExperimentOptions
+    from adaptive_decoding.experiments.parse import load_experiment
+    from adaptive_decoding.experiments.runner import run_experiment
+    from adaptive_decoding.experiments.spec import ExperimentError
+    from adaptive_decoding.experiments.workers import run_experiment_worker
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.core.params import parse_assignments
 
     if args.resume and args.overwrite:
         raise CLIError("--resume and --overwrite exclude each other")
@@ -94,7 +94,7 @@ def run(args: argparse.Namespace) -> int:
           file=sys.stderr)
     print((res.run_dir / "summary.md").read_text())
     if args.report:
-        from experiments.report import write_report
+        from adaptive_decoding.experiments.report import write_report
 
         out = write_report([res.run_dir], args.report, command=f"adec report --runs {res.run_dir} --out {args.report}")
         print(f"adec run: report written to {out['markdown']}", file=sys.stderr)
@@ -105,8 +105,8 @@ def _prepare(path: str, overrides: "dict | None") -> None:
     """Run each missing file's ``prepare`` command once (``adec ...`` runs with this interpreter)."""
     import subprocess
 
-    from experiments.parse import load_experiment
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.experiments.parse import load_experiment
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     probe = load_experiment(path, overrides={**(overrides or {}), "on_missing": "skip"})
     commands = list(dict.fromkeys(prep for *_, prep in probe.skipped if prep))
@@ -117,7 +117,7 @@ def _prepare(path: str, overrides: "dict | None") -> None:
     for i, cmd in enumerate(commands, 1):
         argv = shlex.split(cmd)
         if argv and argv[0] == "adec":
-            argv = [sys.executable, "-m", "framework.cli", *argv[1:]]
+            argv = [sys.executable, "-m", "adaptive_decoding.framework.cli", *argv[1:]]
         print(f"adec run --prepare [{i}/{len(commands)}]: {cmd}", file=sys.stderr, flush=True)
         if subprocess.call(argv) != 0:
             raise CLIError(f"prepare command failed: {cmd}")

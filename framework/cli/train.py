@@ -30,8 +30,8 @@ examples:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from framework.models.tiny import MODEL_SIZES
-    from framework.tasks.base import TASKS
+    from adaptive_decoding.framework.models.tiny import MODEL_SIZES
+    from adaptive_decoding.framework.tasks.base import TASKS
 
     p = subparsers.add_parser(
         "train-denoiser", help="train a tiny denoiser on a built-in task and print its test accuracy",
@@ -67,7 +67,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def trainable_tasks(tasks: Any) -> list[str]:
     """The registered tasks a tiny denoiser can be trained on: those with a built-in model (the
     ``data`` and ``lm_eval`` tasks run on the researcher's own model)."""
-    from framework.models.zoo import builtin_model_of
+    from adaptive_decoding.framework.models.zoo import builtin_model_of
 
     return [n for n in tasks.names() if builtin_model_of(tasks.get(n), n) is not None]
 
@@ -75,15 +75,15 @@ def trainable_tasks(tasks: Any) -> list[str]:
 def _runs_dir(task: str) -> Path:
     import time
 
-    from framework.models.saved import default_cache_dir
+    from adaptive_decoding.framework.models.saved import default_cache_dir
 
     return default_cache_dir() / "runs" / f"{task}-{time.strftime('%Y%m%d-%H%M%S')}-{os.getpid()}"
 
 
 def denoiser_options(args: argparse.Namespace, out: Path) -> Any:
-    """The :class:`~framework.training.options.DenoiserOptions` of the flags (unset recipe flags keep
+    """The :class:`~adaptive_decoding.framework.training.options.DenoiserOptions` of the flags (unset recipe flags keep
     the task's recipe), writing into ``out``."""
-    from framework.training.options import DenoiserOptions
+    from adaptive_decoding.framework.training.options import DenoiserOptions
 
     return DenoiserOptions.from_flat({
         "max_minutes": args.minutes, "max_steps": args.max_steps, "model_size": args.size, "lr": args.lr,
@@ -94,12 +94,12 @@ def denoiser_options(args: argparse.Namespace, out: Path) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framework.cli.errors import CLIError
-    from framework.cli.options import parse_task_params
-    from framework.models.saved import model_dir
-    from framework.tasks.base import TASKS, get_task
-    from framework.training.masked_diffusion import train_denoiser
-    from framework.training.zoo import MODELS
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.options import parse_task_params
+    from adaptive_decoding.framework.models.saved import model_dir
+    from adaptive_decoding.framework.tasks.base import TASKS, get_task
+    from adaptive_decoding.framework.training.masked_diffusion import train_denoiser
+    from adaptive_decoding.framework.training.zoo import MODELS
 
     if args.task in TASKS and args.task not in trainable_tasks(TASKS):
         raise CLIError(f"--task {args.task}: this task has no vocabulary of its own (it runs on your model "

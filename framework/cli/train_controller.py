@@ -39,7 +39,7 @@ Examples:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from framework.cli.options import MODEL_HELP, TASK_PARAM_HELP, add_model_args
+    from adaptive_decoding.framework.cli.options import MODEL_HELP, TASK_PARAM_HELP, add_model_args
 
     p = sub.add_parser("train-controller", help="train a learned commit policy (mlp, logreg, window "
                                                 "transformer) by imitation, DAgger or RL",
@@ -146,9 +146,9 @@ def _add_training_options(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framework.cli.errors import CLIError
-    from framework.cli.options import model_options, parse_task_params
-    from framework.learning.pipeline import check_options, train_policy
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.options import model_options, parse_task_params
+    from adaptive_decoding.framework.learning.pipeline import check_options, train_policy
 
     try:
         hidden = tuple(int(h) for h in args.hidden.split(",") if h.strip())
@@ -195,10 +195,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def policy_options(args: argparse.Namespace, policies: tuple, hidden: tuple, window_arch: dict) -> Any:
-    """The pipeline's :class:`~framework.learning.options.PolicyOptions`, built once from the flags
+    """The pipeline's :class:`~adaptive_decoding.framework.learning.options.PolicyOptions`, built once from the flags
     (``policies``, ``hidden`` and ``window_arch`` already parsed from their text)."""
-    from framework.core.params import parse_assignments
-    from framework.learning.options import PolicyOptions
+    from adaptive_decoding.framework.core.params import parse_assignments
+    from adaptive_decoding.framework.learning.options import PolicyOptions
 
     return PolicyOptions.from_dict({
         "data": {"n_train": args.n_train, "n_val": args.n_val, "n_test": args.n_test, "rollout": args.rollout,

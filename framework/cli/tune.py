@@ -40,7 +40,7 @@ Example:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from framework.cli.options import MODEL_HELP, TASK_PARAM_HELP, add_model_args
+    from adaptive_decoding.framework.cli.options import MODEL_HELP, TASK_PARAM_HELP, add_model_args
 
     p = sub.add_parser("tune", help="tune a controller with Optuna (accuracy vs NFE), export the chosen point",
                        description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -79,11 +79,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from framework.cli.errors import CLIError
-    from framework.cli.options import model_options, parse_task_params, split_settings
-    from framework.core.params import parse_assignments
-    from framework.tuning.front import NoCompleteTrialError
-    from framework.tuning.study import tune_controller
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli.options import model_options, parse_task_params, split_settings
+    from adaptive_decoding.framework.core.params import parse_assignments
+    from adaptive_decoding.framework.tuning.front import NoCompleteTrialError
+    from adaptive_decoding.framework.tuning.study import tune_controller
 
     cfg_kw, fixed = split_settings(args.controller, parse_assignments(args.sets))
     options = model_options(args)
@@ -105,9 +105,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def tune_options(args: argparse.Namespace, fixed: dict, ranges: dict, decode: dict) -> Any:
-    """:class:`~framework.tuning.options.TuneOptions`, built once from the flags (``--set`` already split
+    """:class:`~adaptive_decoding.framework.tuning.options.TuneOptions`, built once from the flags (``--set`` already split
     into the controller's ``fixed`` parameters and the ``decode`` options, ``--range`` into ``ranges``)."""
-    from framework.tuning.options import TuneOptions
+    from adaptive_decoding.framework.tuning.options import TuneOptions
 
     return TuneOptions.from_dict({
         "search": {"n_trials": args.n_trials, "seed": args.seed, "fixed": fixed, "ranges": ranges,

@@ -2,11 +2,11 @@
 
 A wide entry point (``train_policy``, ``tune_controller``, ``run_generation_job`` ...) takes a few
 :class:`Options` groups instead of dozens of keywords. A group is a dataclass whose every field is
-declared by a :class:`~framework.core.params.Param` in ``params``, so it has what a controller has:
+declared by a :class:`~adaptive_decoding.framework.core.params.Param` in ``params``, so it has what a controller has:
 
 * :meth:`Options.build` refuses an unknown name (listing the known ones) and a bad value (naming the
   group, the field, the value and what is allowed) before any work;
-* :meth:`get_params <framework.core.params.Configurable.get_params>` reads the fields back, and
+* :meth:`get_params <adaptive_decoding.framework.core.params.Configurable.get_params>` reads the fields back, and
   ``cls.build(**obj.get_params())`` equals ``obj`` (the round trip);
 * :meth:`Options.to_yaml` / :meth:`Options.from_yaml`: the YAML form, a mapping of field to value.
 
@@ -26,7 +26,13 @@ import os
 from dataclasses import dataclass
 from typing import Any, ClassVar, Mapping, Optional, TypeVar
 
-from framework.core.params import Configurable, MappingParam, Param, ParameterError, yaml_form
+from adaptive_decoding.framework.core.params import (
+    Configurable,
+    MappingParam,
+    Param,
+    ParameterError,
+    yaml_form,
+)
 
 #: Weights & Biases' modes (``disabled``: no W&B logger at all)
 WANDB_MODES = ("offline", "online", "disabled")

@@ -198,7 +198,7 @@ class ControllerSpec(Param):
 
     Every nested controller's tunable parameter is named by its dotted path from the owner:
     ``inner.threshold``, ``base.eta``, ``controllers.0.eta``, ``margin.eta`` (see
-    :mod:`framework.tuning.space`).
+    :mod:`adaptive_decoding.framework.tuning.space`).
     """
 
     kind: Any = "spec"

@@ -2,4 +2,4 @@
 features (:mod:`.features`), the controller and scorer contracts (:mod:`.controller`, :mod:`.scorer`,
 :mod:`.selection`, :mod:`.controller_io`), the one way to nest controllers (:mod:`.nesting`),
 lookahead (:mod:`.lookahead`) and the evaluation of a strategy on examples (:mod:`.evaluate`).
-Imports only :mod:`framework.core`."""
+Imports only :mod:`adaptive_decoding.framework.core`."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from framework.core.params import Configurable, Param, ParameterError
+from adaptive_decoding.framework.core.params import Configurable, Param, ParameterError
 
 #: the loop's KV-cache modes (``DecodeConfig.cache``): Fast-dLLM's two approximate caches for
 #: full-attention models, and the exact cache of completed blocks for block-causal ones
@@ -38,7 +38,7 @@ class DecodeConfig(Configurable):
             decoded with the first generated positions and G need not be a multiple of it.
         temperature: 0 = greedy argmax; > 0 = sampling of x0 from ``softmax(logits / T)``, by
             inverse CDF in float64 from one counter-based uniform per (seed, step, position): the
-            distribution of LLaDA's float64 Gumbel-max (:func:`framework.engine.features.sample_tokens`).
+            distribution of LLaDA's float64 Gumbel-max (:func:`adaptive_decoding.framework.engine.features.sample_tokens`).
         eos_fill: end-of-text prediction: after an EOS is committed with confidence ≥
             ``eos_fill_threshold``, every later masked position is filled with EOS and never decoded.
         eos_fill_threshold: the confidence an EOS needs to trigger the fill.
@@ -58,7 +58,7 @@ class DecodeConfig(Configurable):
             ``None`` = off (the exact cache alone). Inside a block, the first sub-block with a masked
             position runs alone against the block's keys and values frozen at the last full forward of
             the block (the other positions keep that forward's logits) once the sub-block's first
-            position is decided; see :class:`framework.engine.denoise.CacheSession`. Approximate: the
+            position is decided; see :class:`adaptive_decoding.framework.engine.denoise.CacheSession`. Approximate: the
             tokens may differ from the exact decode's; the forwards are as many, each over s positions.
         remask_budget: revocable decoding: most re-masked tokens per sample over the whole decode
             (``None`` = ``gen_length``). Every step commits at least one masked position, so a

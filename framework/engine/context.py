@@ -2,7 +2,7 @@
 beyond the step's features.
 
 Every field is declared here, so a plugin never fishes in an untyped dict. Tensor fields are
-row-aligned with the :class:`~framework.engine.controller.DecodeState` that carries the context
+row-aligned with the :class:`~adaptive_decoding.framework.engine.controller.DecodeState` that carries the context
 (``[b, …]`` for the rows being decided); :meth:`DecodeContext.rows` selects them together with the
 state's rows. List fields (``prompt_text``, ``meta``, ``prompt_ids``) describe the whole call and are
 indexed by ``sample_index`` (the row of each sample in the call).
@@ -20,7 +20,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.params import ParameterError
+from adaptive_decoding.framework.core.params import ParameterError
 
 
 class MissingContextError(ParameterError):

@@ -1,6 +1,6 @@
 """The controller contract: validated parameters in, one :class:`Decision` per step out.
 
-A controller is built from keyword parameters (see :mod:`framework.core.params`), then the loop calls
+A controller is built from keyword parameters (see :mod:`adaptive_decoding.framework.core.params`), then the loop calls
 
 * ``reset(state)`` once per decode call; a stateful controller (EMA-adapted η, warm-up switch)
   puts its per-sample tensors into ``state.memory`` (leading dimension B), so that the engine can
@@ -8,11 +8,11 @@ A controller is built from keyword parameters (see :mod:`framework.core.params`)
 * ``decide(features, state) -> Decision`` every step.
 
 Decisions are tensors over the step's **window** (each row's current block, ``[B, W]``, the same
-slots as :class:`~framework.engine.features.StepFeatures`): a commit mask ``[B, W]``, optional
+slots as :class:`~adaptive_decoding.framework.engine.features.StepFeatures`): a commit mask ``[B, W]``, optional
 candidate counts ``k`` ``[B, W]`` and lookahead depths ``[B]``, optional next block lengths ``[B]``.
 No Python loop over samples. What a controller may read about the call beyond the features
 (tokenizer, prompts, task meta, end-of-text ids, a reference) is the typed ``state.context``
-(:class:`~framework.engine.context.DecodeContext`).
+(:class:`~adaptive_decoding.framework.engine.context.DecodeContext`).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any, ClassVar, Optional
 
 import torch
 
-from framework.core.params import Configurable
-from framework.core.registry import Registry
-from framework.engine.context import DecodeContext
-from framework.engine.features import StepFeatures
+from adaptive_decoding.framework.core.params import Configurable
+from adaptive_decoding.framework.core.registry import Registry
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.features import StepFeatures
 
 
 @dataclass
@@ -69,7 +69,7 @@ def stay_limit_of(controller: Any) -> int:
 @dataclass
 class DecodeState:
     """What the loop knows beyond the features: configuration, seeds, controller memory and the
-    call's typed :class:`~framework.engine.context.DecodeContext`."""
+    call's typed :class:`~adaptive_decoding.framework.engine.context.DecodeContext`."""
 
     config: Any
     seeds: torch.Tensor
@@ -108,7 +108,7 @@ class DecodeState:
 class Controller(Configurable, ABC):
     """Base class of every controller. Subclasses set ``params`` and implement :meth:`decide`, the
     one abstract method: a class without it cannot be built, and registering it fails at once with
-    the name of what is missing (:class:`~framework.core.registry.Registry`).
+    the name of what is missing (:class:`~adaptive_decoding.framework.core.registry.Registry`).
 
     ``kind`` is the benchmark family: ``reference``, ``baseline``, ``heuristic``, ``tuned``,
     ``learned`` or ``oracle``.
@@ -125,7 +125,7 @@ class Controller(Configurable, ABC):
     edits: ClassVar[bool] = False
     #: set by controllers that need a reference decode y* (``state.context.reference_tokens``
     #: ``[B, G]``): the name of the parameter holding the reference controller's spec. Callers
-    #: (``evaluate``, :func:`framework.engine.reference.reference_tokens`) decode the same prompts,
+    #: (``evaluate``, :func:`adaptive_decoding.framework.engine.reference.reference_tokens`) decode the same prompts,
     #: configuration and seeds with it first; its forwards are not the controller's.
     reference_param: ClassVar[Optional[str]] = None
     #: where this implementation of a published decoder differs from the published code, and why
@@ -157,5 +157,5 @@ CONTROLLERS: Registry[Controller] = Registry(
     "controller",
     base=Controller,
     entry_point_group="adaptive_decoding.controllers",
-    builtin_modules=("controllers",),
+    builtin_modules=("adaptive_decoding.controllers",),
 )

@@ -4,10 +4,10 @@ The file is plain, human-editable YAML::
 
     controller: margin_topk          # a registered name (built-in or entry point)
     params: {eta: 0.27, k: 3, adapt: true, beta: 0.9}
-    decode: {gen_length: 32, block_length: 8, ...}   # optional: framework.engine.config.DecodeConfig
+    decode: {gen_length: 32, block_length: 8, ...}   # optional: adaptive_decoding.framework.engine.config.DecodeConfig
     extra: {study: ..., accuracy: 0.91, nfe: 11.5}   # optional: free-form provenance
 
-``--controller tuned:PATH`` (see :func:`framework.engine.controller_io.build_controller`) calls
+``--controller tuned:PATH`` (see :func:`adaptive_decoding.framework.engine.controller_io.build_controller`) calls
 :func:`load_controller`. As with transformers' ``GenerationConfig``, a saved config that does not
 validate is refused, with the file, the parameter and its allowed range in the message.
 """
@@ -20,9 +20,9 @@ from typing import Any, Mapping, Optional
 
 import yaml
 
-from framework.core.params import ParameterError
-from framework.core.registry import UnknownNameError
-from framework.engine.controller import CONTROLLERS, Controller
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.core.registry import UnknownNameError
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller
 
 FORMAT_KEYS = ("controller", "params", "decode", "extra")
 
@@ -53,7 +53,7 @@ def save_controller(
     Args:
         controller: a registered controller instance (its name must resolve back to its class).
         path: the file to write (parent folders are created).
-        decode_config: a :class:`framework.engine.config.DecodeConfig` or a dict of its params.
+        decode_config: a :class:`adaptive_decoding.framework.engine.config.DecodeConfig` or a dict of its params.
         extra: free-form provenance (study name, objective values, seed, ...).
     """
     name = controller.display_name()
@@ -125,7 +125,7 @@ def load_controller(path: str | os.PathLike, **overrides: Any) -> Controller:
 
 def load_decode_config(path: str | os.PathLike) -> Optional[dict[str, Any]]:
     """The validated ``decode`` section of a saved controller file, or ``None`` if it has none."""
-    from framework.engine.config import MOVED, DecodeConfig
+    from adaptive_decoding.framework.engine.config import MOVED, DecodeConfig
 
     doc = _read(path)
     section = doc.get("decode")
@@ -157,7 +157,7 @@ def split_settings(controller_name: str, settings: Mapping[str, Any], *, flag: s
     :func:`build_controller` validates); ``defaults`` seed the decoding options. An unknown key
     raises :class:`ParameterError` naming ``flag``, the key and every allowed key.
     """
-    from framework.engine.config import MOVED, DecodeConfig
+    from adaptive_decoding.framework.engine.config import MOVED, DecodeConfig
 
     cfg_keys = set(DecodeConfig.param_names())
     tuned = controller_name.startswith("tuned:")

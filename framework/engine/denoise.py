@@ -1,6 +1,6 @@
 """How the loop calls a denoiser: logits of the window only, with or without a KV cache.
 
-Two kinds of denoiser follow the protocol (:mod:`framework.models.protocol`):
+Two kinds of denoiser follow the protocol (:mod:`adaptive_decoding.framework.models.protocol`):
 
 * **plain**: ``model(input_ids, attention_mask) -> logits [B, L, V]``. The loop gathers the
   window's columns from them; ``cache`` must be ``none``.
@@ -28,7 +28,7 @@ from typing import Any, Optional
 
 import torch
 
-from framework.core.params import ParameterError
+from adaptive_decoding.framework.core.params import ParameterError
 
 
 def supports_cache(model: Any) -> bool:
@@ -84,7 +84,7 @@ class CacheSession:
     Args:
         model: a windowed denoiser (:func:`supports_cache`), or any denoiser with ``mode='none'``.
         mode: ``none``, ``prefix``, ``dual`` or (block-causal models) ``block``
-            (:data:`framework.engine.config.CACHE_MODES`).
+            (:data:`adaptive_decoding.framework.engine.config.CACHE_MODES`).
         refresh: refresh every this many steps inside a block too (``None``: block starts only).
         batch: the decode call's batch size B (the cache holds one row per sample).
         block_size: a block-causal model's block size (``block`` mode's block alignment).

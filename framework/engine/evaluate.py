@@ -5,12 +5,12 @@ Cost figures, in order of trust:
 * ``nfe``: mean forward passes per sample (exact, hardware-independent; rollouts included),
 * ``tpf``: tokens per forward as the field counts it (d3LLM's leaderboard, dInfer): the answers'
   tokens summed over the examples divided by the forwards summed over them
-  (:func:`framework.core.measure.tokens_per_forward`); an answer's tokens are its positions up to
+  (:func:`adaptive_decoding.framework.core.measure.tokens_per_forward`); an answer's tokens are its positions up to
   and including the first end-of-text, or up to the task's first stop string
   (:meth:`Task.stop_strings`), all G where neither occurs,
 * ``tpf_mean``: the per-sample mean of answer tokens / NFE (flatters decoders whose NFE varies),
 * ``ms_per_token``: median over ``repeats`` runs of wall-time / (samples × G),
-* ``peak_mem_mb``: peak memory above the start of the run (see :mod:`framework.core.measure`).
+* ``peak_mem_mb``: peak memory above the start of the run (see :mod:`adaptive_decoding.framework.core.measure`).
 """
 
 from __future__ import annotations
@@ -20,21 +20,21 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.measure import (
+from adaptive_decoding.framework.core.measure import (
     PeakMemory,
     answer_length_before_stop,
     median,
     tokens_per_forward,
     tokens_per_forward_mean,
 )
-from framework.core.rng import stable_seed
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller import Controller
-from framework.engine.loop import DecodeResult
-from framework.engine.reference import decode_with_reference
+from adaptive_decoding.framework.core.rng import stable_seed
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller import Controller
+from adaptive_decoding.framework.engine.loop import DecodeResult
+from adaptive_decoding.framework.engine.reference import decode_with_reference
 
-#: what evaluation needs of a loaded model (framework.models.LoadedModel): ``.denoiser``, ``.tokenizer``
+#: what evaluation needs of a loaded model (adaptive_decoding.framework.models.LoadedModel): ``.denoiser``, ``.tokenizer``
 LoadedModel = Any
 
 
@@ -201,7 +201,7 @@ def answer_token_counts(task: Any, examples: Sequence[Any], results: Sequence[De
                         tokenizer: Any = None) -> list[int]:
     """Per example, its answer's positions: the decode's ``answer_tokens`` (up to and including the
     first end-of-text), cut before the task's first stop string where one occurs earlier (the
-    positions whose text lies before it, :func:`~framework.core.measure.answer_length_before_stop`)."""
+    positions whose text lies before it, :func:`~adaptive_decoding.framework.core.measure.answer_length_before_stop`)."""
     generated = [row for x in results for row in x.generated.tolist()]
     ends = [int(a) for x in results for a in (x.answer_tokens if x.answer_tokens is not None
                                               else [x.generated.shape[1]] * x.generated.shape[0])]
@@ -213,7 +213,7 @@ def answer_token_counts(task: Any, examples: Sequence[Any], results: Sequence[De
 
 def answer_tokens_before(tokenizer: Any, ids: Sequence[int], end: int, stops: Sequence[str]) -> int:
     """One answer's positions: ``end`` (to the first end-of-text), or fewer where one of ``stops``
-    begins earlier in the text ``tokenizer`` decodes (:func:`~framework.core.measure.answer_length_before_stop`)."""
+    begins earlier in the text ``tokenizer`` decodes (:func:`~adaptive_decoding.framework.core.measure.answer_length_before_stop`)."""
     if not stops:
         return end
     return answer_length_before_stop(list(ids), lambda p: tokenizer.decode(p, stop_at_eos=False), stops, end)
@@ -230,6 +230,6 @@ def coherence_summary(task: Any, examples: Sequence[Any], texts: Sequence[str]) 
 
 
 def _device_of(loaded: LoadedModel) -> torch.device:
-    from framework.engine.loop import model_device
+    from adaptive_decoding.framework.engine.loop import model_device
 
     return model_device(loaded.denoiser)

@@ -29,9 +29,9 @@ from typing import Optional
 
 import torch
 
-from framework.core.options import Options
-from framework.core.params import Param
-from framework.core.rng import uniform_at
+from adaptive_decoding.framework.core.options import Options
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.core.rng import uniform_at
 
 #: the salt of the sampling uniforms (``uniform_at(seed, step, SAMPLE_SALT, position)``); changing
 #: it changes every sample drawn at temperature > 0
@@ -161,7 +161,7 @@ def sample_tokens(
 
     The same distribution as LLaDA's and Fast-dLLM's float64 Gumbel-max
     (``argmax exp(z) / (-log u)^T``), drawn by inverse CDF: one uniform per position, keyed by
-    ``(sample seed, step, generation position)`` (:func:`framework.core.rng.uniform_at`), so a
+    ``(sample seed, step, generation position)`` (:func:`adaptive_decoding.framework.core.rng.uniform_at`), so a
     row's sample never depends on the rest of the batch or on the window's layout; the
     cumulative sum and the search run in float64. The cost is one cumulative sum over the window
     instead of V hashed Gumbel draws per position.
@@ -201,7 +201,7 @@ class StepWindow:
 @dataclass(repr=False, eq=False)
 class FeatureOptions(Options):
     """How the features are computed: ``gen_length`` G (``frac_masked`` = masked / G; the default is
-    :class:`~framework.engine.config.DecodeConfig`'s), ``temperature`` T (> 0: x0 is a sample of
+    :class:`~adaptive_decoding.framework.engine.config.DecodeConfig`'s), ``temperature`` T (> 0: x0 is a sample of
     softmax(z / T)) and ``keep_logits`` (keep the window's logits on :class:`StepFeatures`). The loop
     builds it from its validated ``DecodeConfig`` each step."""
 

@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 import torch
 
-from framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.config import DecodeConfig
 
 
 def model_block_size(model: Any) -> Optional[int]:

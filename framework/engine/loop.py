@@ -3,22 +3,22 @@
 Layout of one row: ``[prompt_b, MASK × gen_length, PAD …]`` (right padded to the longest prompt,
 with an attention mask over the padding). Per sample the loop keeps the current block
 ``[block_start, block_end)`` of the generation, its step counters and its NFE. Each step is a
-pipeline of stages (:mod:`framework.engine.step`):
+pipeline of stages (:mod:`adaptive_decoding.framework.engine.step`):
 
 1. **gather the window**: the unfinished rows, each one's current block as ``[b, W]`` canvas
    columns (rows may be in different blocks and blocks may differ in length; slots past a row's
    block are never eligible);
 2. **forward**: one forward pass over those rows (1 NFE each), through the KV cache policy
-   (:class:`framework.engine.denoise.CacheSession`), giving logits of the window only; rows whose
+   (:class:`adaptive_decoding.framework.engine.denoise.CacheSession`), giving logits of the window only; rows whose
    forward the previous step's lookahead already ran on this very canvas reuse it (a ``Handoff``
    the step returns and the next one takes). A controller that
    ``verifies`` gets ``features.verify_prob``: each revocable slot's token probability with the
    slot hidden (WINO's shadow block in the step's own forward, cached or not, where the model has
    one; else exact probes, one counted forward each);
-3. **features**: :func:`framework.engine.features.compute_features` on the window;
-4. **decide**: ``controller.decide`` -> :class:`framework.engine.controller.Decision`, with the
-   call's typed :class:`~framework.engine.context.DecodeContext` in ``state.context``;
-5. **refine**: optional lookahead (:mod:`framework.engine.lookahead`) replaces tokens at uncertain positions;
+3. **features**: :func:`adaptive_decoding.framework.engine.features.compute_features` on the window;
+4. **decide**: ``controller.decide`` -> :class:`adaptive_decoding.framework.engine.controller.Decision`, with the
+   call's typed :class:`~adaptive_decoding.framework.engine.context.DecodeContext` in ``state.context``;
+5. **refine**: optional lookahead (:mod:`adaptive_decoding.framework.engine.lookahead`) replaces tokens at uncertain positions;
 6. **commit**: never outside ``eligible``; at least one token per unfinished row, so no stall;
    optional end-of-text fill (after a confident EOS, later masked positions become EOS); revocable
    decoding: decided positions the controller names in ``Decision.remask`` return to the mask. Only
@@ -27,7 +27,7 @@ pipeline of stages (:mod:`framework.engine.step`):
    position, a sample ends within ``gen_length + remask_budget`` steps;
 7. **trace**: with ``trace=True``, one record per step.
 
-NFE is counted once per step (:func:`framework.engine.step.charge`): the forward and refine stages
+NFE is counted once per step (:func:`adaptive_decoding.framework.engine.step.charge`): the forward and refine stages
 return the forwards they ran (their ``Cost``), per sample, and nothing else adds to the counts.
 
 A block finishes when none of its positions is masked; the next starts where it ended, with the
@@ -47,14 +47,14 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.measure import answer_lengths, synced_clock
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller import Controller, DecodeState, stay_limit_of
-from framework.engine.denoise import CacheSession, supports_shadow
-from framework.engine.layout import config_for_model, first_block_ends
-from framework.engine.step import Canvas, Counters, Handoff, Run, gather_window, step
+from adaptive_decoding.framework.core.measure import answer_lengths, synced_clock
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller import Controller, DecodeState, stay_limit_of
+from adaptive_decoding.framework.engine.denoise import CacheSession, supports_shadow
+from adaptive_decoding.framework.engine.layout import config_for_model, first_block_ends
+from adaptive_decoding.framework.engine.step import Canvas, Counters, Handoff, Run, gather_window, step
 
 
 @dataclass
@@ -72,7 +72,7 @@ class DecodeResult:
     ``escalations`` the lookahead steps whose winner was an escalation candidate (``Lookahead.escalate``),
     ``answer_tokens`` the answer's positions per sample: up to and including the first end-of-text
     (the context's ``eos_token_ids``), all G where none occurs (what tokens per forward counts,
-    :func:`framework.core.measure.tokens_per_forward`).
+    :func:`adaptive_decoding.framework.core.measure.tokens_per_forward`).
     """
 
     tokens: torch.Tensor
@@ -147,7 +147,7 @@ def decode(
     """Decode a batch of prompts with ``controller``.
 
     Args:
-        model: a denoiser (:mod:`framework.engine.denoise`): ``model(input_ids, attention_mask)
+        model: a denoiser (:mod:`adaptive_decoding.framework.engine.denoise`): ``model(input_ids, attention_mask)
             -> logits [B, L, V]``, or a windowed one with a KV cache; with ``mask_token_id`` (and
             ideally ``eos_token_id``, ``pad_token_id``).
         prompts: token-id lists, ragged.
@@ -155,7 +155,7 @@ def decode(
         config: :class:`DecodeConfig` (validated here; ``cache`` needs a windowed model).
         seeds: per-sample seeds (int or ``[B]``); default ``config.seed`` for every row. Results of
             row ``b`` depend only on its prompt and seed, never on the rest of the batch.
-        lookahead: a :class:`framework.engine.lookahead.Lookahead` (scorers + rollout policy) or ``None``.
+        lookahead: a :class:`adaptive_decoding.framework.engine.lookahead.Lookahead` (scorers + rollout policy) or ``None``.
         trace: record per-step commit counts, the commit mask in canvas columns and the decision's
             ``info`` tensors.
         context: per-call facts for controllers and the lookahead (:class:`DecodeContext`: ``tokenizer``,

@@ -2,7 +2,7 @@
 ``from framework import Composite, Wrapper, ControllerSpec, wrapped_params``).
 
 A controller that contains others declares each of them as a
-:class:`~framework.core.params.ControllerSpec` parameter and subclasses :class:`Composite`. At
+:class:`~adaptive_decoding.framework.core.params.ControllerSpec` parameter and subclasses :class:`Composite`. At
 validation every nested controller is built into a :class:`Child` (keyed by its slot: ``base``,
 ``0``, ``margin``, ``inner``), so the same spec forms (``NAME``, ``tuned:PATH``,
 ``{name: NAME, params: {...}}``) and the same dotted tuning names (``inner.threshold``,
@@ -20,16 +20,16 @@ Shapes of composite (same mechanism, same memory rule):
 * :class:`Wrapper`, exactly one child ``inner`` (``inner`` + ``inner_params``, :func:`wrapped_params`)
   whose decision the wrapper post-processes (``number_guard``, ``compliance_entropy``,
   ``verified``): it also passes the child's flags through (``stochastic``, ``revocable``,
-  ``verifies``, :meth:`~framework.engine.controller.Controller.stay_limit`) unless its class sets them.
+  ``verifies``, :meth:`~adaptive_decoding.framework.engine.controller.Controller.stay_limit`) unless its class sets them.
 
 Three relations that are *not* nesting (nothing is a child, no memory is shared or prefixed):
 
 * a **reference decode** (``Controller.reference_param``, the ``oracle``): the named controller
-  decodes the same prompts *before* the call (:mod:`framework.engine.reference`), and only its
+  decodes the same prompts *before* the call (:mod:`adaptive_decoding.framework.engine.reference`), and only its
   final tokens reach the controller, as ``state.context.reference_tokens``;
 * a **lookahead rollout** (``--lookahead rollout=controller``): the loop asks the step's own
   controller again on a rollout's canvas, on a copy of its memory that is thrown away;
-* the **jobs' guard** (:func:`framework.jobs.guards.guarded_decode`): wraps the decode call and
+* the **jobs' guard** (:func:`adaptive_decoding.framework.jobs.guards.guarded_decode`): wraps the decode call and
   names which part failed; it never stands in for a controller.
 """
 
@@ -40,11 +40,17 @@ from typing import Optional
 
 import torch
 
-from framework.core.params import ControllerSpec, MappingParam, NestedController, Param, ParameterError
-from framework.core.registry import UnknownNameError
-from framework.engine.controller import Controller, Decision, DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.features import StepFeatures
+from adaptive_decoding.framework.core.params import (
+    ControllerSpec,
+    MappingParam,
+    NestedController,
+    Param,
+    ParameterError,
+)
+from adaptive_decoding.framework.core.registry import UnknownNameError
+from adaptive_decoding.framework.engine.controller import Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import StepFeatures
 
 
 def build_nested(owner: str, nested: NestedController) -> Controller:

@@ -14,10 +14,10 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import DecodeResult, decode
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import DecodeResult, decode
 
 
 def reference_spec(controller: Any) -> Optional[str]:
@@ -50,7 +50,7 @@ def with_reference(context: Optional[DecodeContext], model: Any, prompts: Sequen
 def decode_with_reference(model: Any, prompts: Sequence[Sequence[int]], controller: Any,
                           config: Optional[DecodeConfig] = None, *, context: Optional[DecodeContext] = None,
                           **kwargs: Any) -> DecodeResult:
-    """:func:`~framework.engine.loop.decode`, after the reference decode ``controller`` needs (if any)."""
+    """:func:`~adaptive_decoding.framework.engine.loop.decode`, after the reference decode ``controller`` needs (if any)."""
     config = config or DecodeConfig()
     context = with_reference(context, model, prompts, controller, config, seeds=kwargs.get("seeds"))
     return decode(model, prompts, controller, config, context=context, **kwargs)

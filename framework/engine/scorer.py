@@ -1,7 +1,7 @@
 """The scorer contract: rank lookahead rollouts; higher is better.
 
 A scorer is a :class:`Configurable` (validated keyword parameters) with one method,
-``score(candidates, context) -> Tensor[N]``. The lookahead (:mod:`framework.engine.lookahead`) builds
+``score(candidates, context) -> Tensor[N]``. The lookahead (:mod:`adaptive_decoding.framework.engine.lookahead`) builds
 :class:`Candidates` from its rollouts and commits the first step of the best one per sample.
 
 Normalisation (so that weights in ``logprob:0.7,consistency:0.3,repetition:1`` mean something):
@@ -32,9 +32,9 @@ from typing import Any, ClassVar, Optional, Sequence
 
 import torch
 
-from framework.core.params import Configurable, ParameterError
-from framework.core.registry import Registry
-from framework.engine.context import DecodeContext
+from adaptive_decoding.framework.core.params import Configurable, ParameterError
+from adaptive_decoding.framework.core.registry import Registry
+from adaptive_decoding.framework.engine.context import DecodeContext
 
 
 @dataclass
@@ -116,7 +116,7 @@ class ScoringContext:
     """What a scorer may know beyond the candidates; every field is optional.
 
     Attributes:
-        tokenizer: follows :class:`framework.models.protocol.Tokenizer` (text scorers need it; without
+        tokenizer: follows :class:`adaptive_decoding.framework.models.protocol.Tokenizer` (text scorers need it; without
             one, token ids are rendered as space-separated numbers).
         denoiser: the model being decoded.
         prompt_text: per sample (indexed by ``Candidates.source``); default: the decoded prompt.
@@ -136,7 +136,7 @@ class ScoringContext:
 
     @classmethod
     def of_decode(cls, context: DecodeContext, denoiser: Any = None) -> "ScoringContext":
-        """The scorers' view of a decode call's :class:`~framework.engine.context.DecodeContext`: its
+        """The scorers' view of a decode call's :class:`~adaptive_decoding.framework.engine.context.DecodeContext`: its
         tokenizer, prompt texts and metas (indexed by the call's sample row, ``Candidates.source``) and the model."""
         return cls(tokenizer=context.tokenizer, denoiser=denoiser, prompt_text=context.prompt_text, meta=context.meta)
 
@@ -243,7 +243,7 @@ SCORERS: Registry[Scorer] = Registry(
     "scorer",
     base=Scorer,
     entry_point_group="adaptive_decoding.scorers",
-    builtin_modules=("scorers",),
+    builtin_modules=("adaptive_decoding.scorers",),
 )
 
 
@@ -279,7 +279,7 @@ def parse_components(spec: str) -> list[tuple[str, float, dict[str, Any]]]:
     Each component is ``name[(key=value;key=value)][:weight]``; a missing weight is 1. Weights
     must be finite and ≥ 0; names must be registered scorers (the error lists the known ones).
     """
-    from framework.core.params import coerce_literal
+    from adaptive_decoding.framework.core.params import coerce_literal
 
     if not isinstance(spec, str) or not spec.strip():
         raise ParameterError(f"scorer spec {spec!r} is empty; expected e.g. 'logprob:0.7,repetition:0.3'")

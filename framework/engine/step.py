@@ -1,6 +1,6 @@
 """The stages of one decoding step, each a small function with a typed input and output.
 
-:func:`framework.engine.loop.decode` runs, every step, on a :class:`Run` (what the call holds):
+:func:`adaptive_decoding.framework.engine.loop.decode` runs, every step, on a :class:`Run` (what the call holds):
 
 1. :func:`gather_window` -> :class:`Window`: the unfinished rows and each one's current block
    (advancing finished blocks), as ``[b, W]`` canvas columns; with multi-block decoding
@@ -8,7 +8,7 @@
 2. :func:`forward` -> :class:`Forward`: the window logits, through the KV cache session; with a
    verifying controller also the shadow block (WINO) or exact probes; rows whose forward the previous
    step's lookahead already ran on this very canvas (its :class:`Handoff`) reuse it;
-3. :func:`features` -> :class:`~framework.engine.features.StepFeatures` on the window;
+3. :func:`features` -> :class:`~adaptive_decoding.framework.engine.features.StepFeatures` on the window;
 4. :func:`decide` -> ``controller.decide`` on the rows' :class:`DecodeState` view (its typed
    ``context`` carries the step's ``canvas`` and ``generation``);
 5. :func:`refine` -> :class:`Refined`: the lookahead's tokens and commits where the decision asks for
@@ -29,18 +29,23 @@ from typing import Any, Optional
 
 import torch
 
-from framework.core.measure import synced_clock
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision, DecodeState, stay_limit_of
-from framework.engine.denoise import (
+from adaptive_decoding.framework.core.measure import synced_clock
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller, Decision, DecodeState, stay_limit_of
+from adaptive_decoding.framework.engine.denoise import (
     CacheSession,
     Served,
     suppress_mask_logit,
     token_logprob,
     verification_logits,
 )
-from framework.engine.features import FeatureOptions, StepFeatures, StepWindow, compute_features
-from framework.engine.selection import ensure_progress
+from adaptive_decoding.framework.engine.features import (
+    FeatureOptions,
+    StepFeatures,
+    StepWindow,
+    compute_features,
+)
+from adaptive_decoding.framework.engine.selection import ensure_progress
 
 
 @dataclass
@@ -62,7 +67,7 @@ class Canvas:
 
 @dataclass
 class Counters:
-    """Per-sample progress ``[B]``: the figures of :class:`~framework.engine.loop.DecodeResult` (the
+    """Per-sample progress ``[B]``: the figures of :class:`~adaptive_decoding.framework.engine.loop.DecodeResult` (the
     forwards ``nfe``, ``lookahead_nfe`` and ``cache_refreshes`` written by :func:`charge` only) and the
     semi-autoregressive block each row is in (``block_start``/``block_end`` relative to the generation,
     ``next_len`` the next block's length, ``block_masked_at_start`` its masked positions when it began).
@@ -518,7 +523,7 @@ def edit(run: Run, w: Window, wanted: torch.Tensor, tokens: torch.Tensor, xs: to
 
 def keep_in_block(run: Run, w: Window, decision: Decision, feats: StepFeatures) -> None:
     """``Decision.stay``: keep a row in its block for another step, at most the controller's
-    :meth:`~framework.engine.controller.Controller.stay_limit` steps with no masked position a block."""
+    :meth:`~adaptive_decoding.framework.engine.controller.Controller.stay_limit` steps with no masked position a block."""
     c = run.counters
     c.stay_steps[w.rows] += (~feats.eligible.any(1)).long()
     if decision.stay is None:

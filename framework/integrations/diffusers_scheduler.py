@@ -7,10 +7,10 @@ and writes ``prev_sample`` where ``transfer_index | editing_transfer_index``; af
 ``check_eos_finished`` and ``check_block_should_continue``. :class:`FrameworkScheduler` honours that
 contract with any registered controller (built-in, entry point, ``tuned:PATH``, a learned policy):
 
-* it keeps the framework's own decode state (:func:`framework.engine.loop.start_run`) beside the
+* it keeps the framework's own decode state (:func:`adaptive_decoding.framework.engine.loop.start_run`) beside the
   pipeline's canvas, and runs the engine's stages on it (window, features, ``controller.decide``,
   commit with at least one token per row, end-of-text stop, editing, re-masking, NFE counted per
-  row exactly as :func:`framework.engine.loop.decode` counts it);
+  row exactly as :func:`adaptive_decoding.framework.engine.loop.decode` counts it);
 * the logits are the pipeline's: the window's columns of ``model_output``;
 * it keeps the pipeline in a block while any row still decodes there (no cap at
   ``num_inference_steps``: the controller's schedule decides, and the framework's progress rule
@@ -49,15 +49,15 @@ from diffusers.schedulers.scheduling_block_refinement import BlockRefinementSche
 from diffusers.schedulers.scheduling_utils import SchedulerMixin
 from torch import nn
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller import Controller
-from framework.engine.controller_io import build_controller
-from framework.engine.denoise import suppress_mask_logit, verification_logits, window_logits
-from framework.engine.layout import config_for_model, model_block_size
-from framework.engine.loop import CallInputs, DecodeResult, finish, model_device, start_run
-from framework.engine.step import (
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller import Controller
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.denoise import suppress_mask_logit, verification_logits, window_logits
+from adaptive_decoding.framework.engine.layout import config_for_model, model_block_size
+from adaptive_decoding.framework.engine.loop import CallInputs, DecodeResult, finish, model_device, start_run
+from adaptive_decoding.framework.engine.step import (
     Cost,
     Forward,
     Run,
@@ -152,13 +152,13 @@ class FrameworkScheduler(SchedulerMixin, ConfigMixin):
 
     Args:
         controller: a registered controller name (``llada2``, ``fast_dllm``, ``learned``, ...), ``tuned:PATH``
-            (a tuned YAML), or a :class:`~framework.engine.controller.Controller` instance.
+            (a tuned YAML), or a :class:`~adaptive_decoding.framework.engine.controller.Controller` instance.
         controller_params: the controller's parameters (``{"threshold": 0.9}``, ``{"policy": PATH}``),
             validated now; with an instance, leave it empty.
         gen_length: G, the same ``gen_length`` the pipeline is called with (the pipeline does not pass it
             to its scheduler); required.
         block_length: what the pipeline uses when called without ``block_length``: the model's block size.
-        decode: other options of :class:`~framework.engine.config.DecodeConfig` (``seed``, ``eos_stop``,
+        decode: other options of :class:`~adaptive_decoding.framework.engine.config.DecodeConfig` (``seed``, ``eos_stop``,
             ``remask_budget``, ``verification``, ...); ``cache`` is ``none`` (the pipeline runs every
             forward itself).
 
@@ -300,7 +300,7 @@ class FrameworkScheduler(SchedulerMixin, ConfigMixin):
         return self._continue and not bool(finished.all())
 
     def result(self) -> DecodeResult:
-        """The framework's :class:`~framework.engine.loop.DecodeResult` of the last pipeline call (the whole
+        """The framework's :class:`~adaptive_decoding.framework.engine.loop.DecodeResult` of the last pipeline call (the whole
         generation, end-of-text filled, its NFE and steps per row), as :func:`framework.decode` returns it."""
         if self._run is None:
             raise RuntimeError("no pipeline call has run with this scheduler yet")
@@ -372,7 +372,7 @@ def check_pipeline_call(denoiser: Any, mask_token_id: Optional[int], top_p: Any,
 
 
 def framework_step(run: Run, model_output: torch.Tensor, c0: int) -> None:
-    """The engine's step (:func:`framework.engine.step.step`) on the rows whose window is in the pipeline's
+    """The engine's step (:func:`adaptive_decoding.framework.engine.step.step`) on the rows whose window is in the pipeline's
     block ``[c0, c0 + b)``, its forward being the pipeline's ``model_output`` ``[B, b, V]``: features,
     decision, commit, then the forwards charged (1 each, and a verifying controller's exact probes)."""
     w = gather_window(run)

@@ -10,13 +10,13 @@ importing it. ``--model_args`` takes, comma separated:
   the tokenizer's own, i.e. an instruct model's prompt becomes one user turn, as in Fast-dLLM's
   evaluation) as the CLI's flags; ``device`` comes from lm-eval's ``--device``;
 * ``controller=`` (default ``fast_dllm``) and its parameters (``threshold=0.9``), and the options of
-  :class:`framework.engine.config.DecodeConfig` (``gen_length``, ``block_length``, ``cache``, ...),
+  :class:`adaptive_decoding.framework.engine.config.DecodeConfig` (``gen_length``, ``block_length``, ``cache``, ...),
   validated with the errors ``adec decode --set`` gives; a built-in tiny model brings its task's
   ``gen_length`` and ``block_length`` as defaults, as in the CLI;
 * ``mc_num`` (default 128), ``cfg`` (default 0) and ``check_greedy`` (default false): LLaDA's
-  Monte-Carlo log-likelihood (:mod:`framework.integrations.mc_likelihood`).
+  Monte-Carlo log-likelihood (:mod:`adaptive_decoding.framework.integrations.mc_likelihood`).
 
-``generate_until`` decodes ``batch_size`` prompts per :func:`framework.engine.loop.decode` call
+``generate_until`` decodes ``batch_size`` prompts per :func:`adaptive_decoding.framework.engine.loop.decode` call
 (per-sample seeds, so the batching never changes a text) and cuts each text before the first of the
 request's ``until`` strings. The generation length is ``gen_length``: lm-eval's ``max_gen_toks``,
 ``temperature`` and ``do_sample`` are ignored (a warning names them). ``loglikelihood`` is LLaDA's
@@ -32,19 +32,23 @@ from lm_eval.api.instance import Instance
 from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 
-from framework.core.measure import tokens_per_forward
-from framework.core.params import Configurable, Param, ParameterError
-from framework.core.rng import stable_seed
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller_io import build_controller, split_settings
-from framework.engine.denoise import check_cache_support
-from framework.engine.evaluate import answer_tokens_before, item_seeds
-from framework.engine.layout import config_for_model
-from framework.engine.loop import decode, model_device
-from framework.integrations.mc_likelihood import MCRequest, greedy_matches, mc_loglikelihoods
+from adaptive_decoding.framework.core.measure import tokens_per_forward
+from adaptive_decoding.framework.core.params import Configurable, Param, ParameterError
+from adaptive_decoding.framework.core.rng import stable_seed
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller_io import build_controller, split_settings
+from adaptive_decoding.framework.engine.denoise import check_cache_support
+from adaptive_decoding.framework.engine.evaluate import answer_tokens_before, item_seeds
+from adaptive_decoding.framework.engine.layout import config_for_model
+from adaptive_decoding.framework.engine.loop import decode, model_device
+from adaptive_decoding.framework.integrations.mc_likelihood import (
+    MCRequest,
+    greedy_matches,
+    mc_loglikelihoods,
+)
 
-DTYPES = ("auto", "float32", "bfloat16", "float16")  # = framework.models.hub_loading.DTYPES
+DTYPES = ("auto", "float32", "bfloat16", "float16")  # = adaptive_decoding.framework.models.hub_loading.DTYPES
 #: lm-eval generation kwargs that are honoured (``until``) or only restate greedy decoding: never warned about
 QUIET_GEN_KWARGS = {"until": None, "do_sample": False, "temperature": 0}
 
@@ -102,10 +106,10 @@ def cut_at_stops(text: str, until: Any) -> str:
 
 @register_model("adec")
 class AdecLM(LM):
-    """lm-eval's ``LM`` over :func:`framework.engine.loop.decode` (see the module docstring).
+    """lm-eval's ``LM`` over :func:`adaptive_decoding.framework.engine.loop.decode` (see the module docstring).
 
     ``model`` may also be a loaded model (``.denoiser``, ``.tokenizer``, e.g. a
-    :class:`framework.models.protocol.LoadedModel`) when the class is built in Python.
+    :class:`adaptive_decoding.framework.models.protocol.LoadedModel`) when the class is built in Python.
     """
 
     def __init__(self, model: Any = None, **model_args: Any) -> None:
@@ -130,7 +134,7 @@ class AdecLM(LM):
         defaults: dict[str, Any] = {}
         task = getattr(self.loaded, "task", None)
         if task:
-            from framework.tasks.base import get_task
+            from adaptive_decoding.framework.tasks.base import get_task
 
             t = get_task(task)
             defaults = {"gen_length": t.gen_length, "block_length": t.default_block_length}
@@ -145,7 +149,7 @@ class AdecLM(LM):
         self.stats = {"generated": 0, "nfe": 0, "answer_tokens": 0, "forwards": 0, "loglikelihood": 0}
 
     def _load(self, name: str) -> Any:
-        from framework.training.zoo import load_model
+        from adaptive_decoding.framework.training.zoo import load_model
 
         o = self.options
         return load_model(name, device=o.device, dtype=o.dtype, trust_remote_code=o.trust_remote_code,

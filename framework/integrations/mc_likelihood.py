@@ -30,10 +30,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.denoise import suppress_mask_logit, window_logits
-from framework.engine.loop import decode, model_device
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.denoise import suppress_mask_logit, window_logits
+from adaptive_decoding.framework.engine.loop import decode, model_device
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,8 @@ from typing import Sequence
 
 import torch
 
-from framework.core.params import ParameterError, StopDecoding
-from framework.tasks.prompts import LineProblem
+from adaptive_decoding.framework.core.params import ParameterError, StopDecoding
+from adaptive_decoding.framework.tasks.prompts import LineProblem
 
 MAX_REASON = 500
 

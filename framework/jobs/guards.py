@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from framework.engine.controller import Controller
-from framework.engine.loop import DecodeResult, decode
-from framework.jobs.errors import (
+from adaptive_decoding.framework.engine.controller import Controller
+from adaptive_decoding.framework.engine.loop import DecodeResult, decode
+from adaptive_decoding.framework.jobs.errors import (
     ControllerFailure,
     DeadlineExceeded,
     ScorerFailure,
@@ -82,7 +82,7 @@ def failing_part(exc: BaseException, controller: Any, lookahead: Any = None) -> 
 
 def guarded_decode(model: Any, prompts: Any, controller: Controller, config: Any, *, name: str,
                    lookahead: Any = None, **kwargs: Any) -> DecodeResult:
-    """:func:`~framework.engine.loop.decode` with the job's failure classes: an exception raised in a
+    """:func:`~adaptive_decoding.framework.engine.loop.decode` with the job's failure classes: an exception raised in a
     method of ``controller`` (its ``reset`` or ``decide``, nested controllers included) becomes
     :class:`ControllerFailure` naming the controller ``name``, one raised in ``lookahead`` (its
     rollouts or scorers) :class:`ScorerFailure`; deadlines, out-of-memory errors and anything

@@ -1,5 +1,5 @@
-"""The options of :func:`framework.jobs.runner.run_generation_job`, grouped by concern
-(:mod:`framework.core.options`): ``batching`` (the largest batch and when it grows back after an
+"""The options of :func:`adaptive_decoding.framework.jobs.runner.run_generation_job`, grouped by concern
+(:mod:`adaptive_decoding.framework.core.options`): ``batching`` (the largest batch and when it grows back after an
 OOM), ``faults`` (time limits, retries, the fallback decoder, invalid per-item params), ``output``
 (resume or start afresh, fsync, progress, where messages go, input lines already skipped) and
 ``settings`` (what the results file's settings hash records beyond the controller and the config:
@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from framework.core.options import OptionGroups, Options
-from framework.core.params import Param
-from framework.tasks.prompts import ON_ERROR
+from adaptive_decoding.framework.core.options import OptionGroups, Options
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.tasks.prompts import ON_ERROR
 
 
 @dataclass(repr=False, eq=False)
@@ -100,7 +100,7 @@ class JobSettings(Options):
 
 @dataclass(repr=False, eq=False)
 class JobOptions(OptionGroups):
-    """Every option of :func:`framework.jobs.runner.run_generation_job`, by concern."""
+    """Every option of :func:`adaptive_decoding.framework.jobs.runner.run_generation_job`, by concern."""
 
     batching: JobBatching = field(default_factory=JobBatching)
     faults: JobFaults = field(default_factory=JobFaults)

@@ -8,7 +8,7 @@ import math
 import os
 from typing import Any, Iterable, Optional, Sequence
 
-from framework.jobs.errors import OutputFileError
+from adaptive_decoding.framework.jobs.errors import OutputFileError
 
 SCHEMA = "adec-generate/2"
 #: schemas a results file may hold: /1 rows (before ``remasks``) are read and resumed as they are

@@ -12,14 +12,14 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.core.params import ParameterError
-from framework.core.rng import stable_seed
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext, MissingContextError
-from framework.engine.controller import Controller, DecodeState
-from framework.jobs.errors import failure_reason
-from framework.jobs.output import SCHEMA
-from framework.tasks.prompts import ON_ERROR, LineProblem, PromptItem
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.core.rng import stable_seed
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext, MissingContextError
+from adaptive_decoding.framework.engine.controller import Controller, DecodeState
+from adaptive_decoding.framework.jobs.errors import failure_reason
+from adaptive_decoding.framework.jobs.output import SCHEMA
+from adaptive_decoding.framework.tasks.prompts import ON_ERROR, LineProblem, PromptItem
 
 
 # ---------------------------------------------------------------------------------- job

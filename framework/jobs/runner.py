@@ -45,13 +45,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.engine.config import LATER_DEFAULTS, REMOVED_DEFAULTS, DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller import Controller
-from framework.engine.controller_io import build_controller
-from framework.engine.reference import with_reference
-from framework.jobs.batcher import BatchSizer
-from framework.jobs.errors import (
+from adaptive_decoding.framework.engine.config import LATER_DEFAULTS, REMOVED_DEFAULTS, DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller import Controller
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.reference import with_reference
+from adaptive_decoding.framework.jobs.batcher import BatchSizer
+from adaptive_decoding.framework.jobs.errors import (
     ControllerFailure,
     DeadlineExceeded,
     JobInputError,
@@ -61,10 +61,10 @@ from framework.jobs.errors import (
     free_memory,
     is_oom,
 )
-from framework.jobs.guards import DeadlineModel, guarded_decode
-from framework.jobs.options import JobOptions
-from framework.jobs.output import SETTINGS_ID, ResultFile, rewrite_results, scan_results
-from framework.jobs.plan import (
+from adaptive_decoding.framework.jobs.guards import DeadlineModel, guarded_decode
+from adaptive_decoding.framework.jobs.options import JobOptions
+from adaptive_decoding.framework.jobs.output import SETTINGS_ID, ResultFile, rewrite_results, scan_results
+from adaptive_decoding.framework.jobs.plan import (
     WorkItem,
     as_factory,
     base_row,
@@ -80,8 +80,8 @@ from framework.jobs.plan import (
     short_hash,
     take_batch,
 )
-from framework.jobs.summary import JobSummary
-from framework.tasks.prompts import PromptItem
+from adaptive_decoding.framework.jobs.summary import JobSummary
+from adaptive_decoding.framework.tasks.prompts import PromptItem
 
 
 def run_generation_job(
@@ -98,14 +98,14 @@ def run_generation_job(
     """Decode ``items`` into ``output_path`` (JSONL, one row per item), resumably.
 
     Args:
-        loaded_model: a :class:`framework.models.protocol.LoadedModel` (``denoiser``, ``tokenizer``,
+        loaded_model: a :class:`adaptive_decoding.framework.models.protocol.LoadedModel` (``denoiser``, ``tokenizer``,
             ``name``).
-        items: the prompts (:func:`framework.tasks.prompts.read_prompts`); ``params`` override decoding
+        items: the prompts (:func:`adaptive_decoding.framework.tasks.prompts.read_prompts`); ``params`` override decoding
             options and controller parameters per item (items with equal settings share batches).
         controller_factory: a built controller, or ``factory(**overrides) -> Controller``.
         config: the loop's options (gen_length G, block_length, temperature, seed ...).
         output_path: the results file; rows already in it are kept and not decoded again.
-        options: :class:`~framework.jobs.options.JobOptions` (default every default): ``batching``
+        options: :class:`~adaptive_decoding.framework.jobs.options.JobOptions` (default every default): ``batching``
             (the largest batch B, ``grow_after`` an OOM), ``faults`` (``item_timeout_s`` /
             ``job_timeout_s``, ``max_retries``, ``fallback_controller``, ``on_error``: ``"refuse"``
             stops the job before any work on invalid per-item params, ``"skip"`` reports those items
@@ -113,7 +113,7 @@ def run_generation_job(
             ``log``, ``skipped``: bad input lines already skipped by the reader) and ``settings``
             (``seed`` overriding ``config.seed``, item ``i`` using ``stable_seed(seed, id_i)``;
             ``lookahead_spec`` for the settings hash).
-        lookahead: a lookahead object for :func:`framework.engine.loop.decode`, or ``None``.
+        lookahead: a lookahead object for :func:`adaptive_decoding.framework.engine.loop.decode`, or ``None``.
         task: the task the items are examples of (``adec generate --task``), or ``None``: each batch's
             decode context (:meth:`DecodeContext.for_batch`) gets its name in every meta and its spans.
 

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Optional, Sequence
 
-from framework.tasks.prompts import LineProblem
+from adaptive_decoding.framework.tasks.prompts import LineProblem
 
 
 # ---------------------------------------------------------------------------------- summary

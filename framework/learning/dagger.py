@@ -20,16 +20,16 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.options import ExampleDraw
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller import DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.features import StepFeatures
-from framework.engine.loop import decode, sample_seeds
-from framework.learning.options import DaggerVisit
-from framework.learning.rollouts import RolloutDataset, StepRecorder, over_split
-from framework.models.structure import task_generation_structure
+from adaptive_decoding.framework.core.options import ExampleDraw
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller import DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.loop import decode, sample_seeds
+from adaptive_decoding.framework.learning.options import DaggerVisit
+from adaptive_decoding.framework.learning.rollouts import RolloutDataset, StepRecorder, over_split
+from adaptive_decoding.framework.models.structure import task_generation_structure
 
 
 class _StateRecorder(StepRecorder):
@@ -48,7 +48,7 @@ def collect_on_policy(model: Any, prompts: Sequence[Sequence[int]], controller: 
                       context: Optional[DecodeContext] = None) -> RolloutDataset:
     """Decode ``prompts`` with ``controller``; label up to ``visit.states_per_rollout`` visited steps per
     prompt with the ``visit.reference`` decode continued from each (see the module docstring;
-    :class:`~framework.learning.options.DaggerVisit`, default every default); ``structure``: the
+    :class:`~adaptive_decoding.framework.learning.options.DaggerVisit`, default every default); ``structure``: the
     generation's declared structure, for the peer features; ``context``: the call's decode context
     (:meth:`DecodeContext.for_batch`; each continuation gets its rows)."""
     visit = visit if visit is not None else DaggerVisit()

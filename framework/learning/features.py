@@ -9,7 +9,7 @@ Francisco", committing the more confident one is safe and makes the other certai
 
 The last four (:data:`PEER_FEATURES`) read the task's *declared* structure instead of adjacency: the
 positions that constrain each other (a Sudoku cell's row, column and box;
-:func:`framework.models.structure.generation_peers`). They say how many of a position's peers are
+:func:`adaptive_decoding.framework.models.structure.generation_peers`). They say how many of a position's peers are
 still guesses, how confident the best of them is, whether this position leads them, and how
 confident the most confident eligible peer that predicts the *same* token is (two peers with one
 digit cannot both be right). Without a declared structure a position has no peers (0, 0, 1, 0).
@@ -21,9 +21,9 @@ from typing import Optional, Sequence
 
 import torch
 
-from framework.engine.features import StepFeatures
-from framework.engine.selection import rank_within
-from framework.models.structure import generation_peers, window_peers
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.selection import rank_within
+from adaptive_decoding.framework.models.structure import generation_peers, window_peers
 
 #: φ, in column order. Every entry is per position; per-sample ones are broadcast over the row.
 SELF_FEATURES: tuple[str, ...] = (
@@ -90,7 +90,7 @@ UNCERTAIN = 0.9
 
 def feature_matrix(f: StepFeatures, gen_length: int, structure: Optional[dict] = None) -> torch.Tensor:
     """φ for every position, float32 ``[B, W, len(FEATURE_NAMES)]`` (meaningful where eligible);
-    ``structure``: the generation's declared structure (:func:`framework.models.structure.generation_peers`),
+    ``structure``: the generation's declared structure (:func:`adaptive_decoding.framework.models.structure.generation_peers`),
     read by the peer columns."""
     el = f.eligible
     n_el = f.n_eligible.clamp(min=1).float()[:, None]

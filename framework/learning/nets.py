@@ -20,7 +20,7 @@ from typing import Optional, Sequence
 import torch
 from torch import nn
 
-from framework.learning.features import FEATURE_NAMES
+from adaptive_decoding.framework.learning.features import FEATURE_NAMES
 
 CONFIDENCE = FEATURE_NAMES.index("confidence")
 

@@ -1,20 +1,20 @@
-"""The options of learning a commit policy, grouped by concern (:mod:`framework.core.options`).
+"""The options of learning a commit policy, grouped by concern (:mod:`adaptive_decoding.framework.core.options`).
 
 * :class:`NetTraining` and :class:`RunLogging`: one Lightning fit of a policy network
-  (:func:`framework.learning.train.train_net`): the optimisation, and what is logged where;
-* :class:`RLOptions`: the REINFORCE fine-tune (:func:`framework.learning.rl_train.rl_finetune`;
+  (:func:`adaptive_decoding.framework.learning.train.train_net`): the optimisation, and what is logged where;
+* :class:`RLOptions`: the REINFORCE fine-tune (:func:`adaptive_decoding.framework.learning.rl_train.rl_finetune`;
   λ, the reward form, the group of K rollouts per prompt, τ and T of the sampled policy, τ₂);
 * :class:`DaggerVisit`: how DAgger labels the states a policy visits
-  (:func:`framework.learning.dagger.collect_on_policy`);
+  (:func:`adaptive_decoding.framework.learning.dagger.collect_on_policy`);
 * :class:`ThresholdCalibration`: the grid of τ and the validation examples the calibration decodes
-  (:func:`framework.learning.train.calibrate_threshold`);
+  (:func:`adaptive_decoding.framework.learning.train.calibrate_threshold`);
 * :class:`PolicyOptions`: ``adec train-controller``'s pipeline
-  (:func:`framework.learning.pipeline.train_policy`), in seven groups: ``data`` (what is rolled
+  (:func:`adaptive_decoding.framework.learning.pipeline.train_policy`), in seven groups: ``data`` (what is rolled
   out and labelled), ``network`` (the policy kinds and their shape), ``training`` (the
   optimisation), ``rounds`` (the method: imitation, DAgger rounds, RL), ``rl``, ``calibration``
   (τ on the validation split) and ``output``.
 
-Each group validates its fields by :class:`~framework.core.params.Param`, round-trips through
+Each group validates its fields by :class:`~adaptive_decoding.framework.core.params.Param`, round-trips through
 ``get_params`` and has a YAML form; ``PolicyOptions.from_flat`` takes the command line's flat names.
 """
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from framework.core.options import (
+from adaptive_decoding.framework.core.options import (
     WANDB_MODES,
     ChoiceListParam,
     ExampleDraw,
@@ -31,14 +31,14 @@ from framework.core.options import (
     OptionGroups,
     Options,
     ProbabilityListParam,
-    RunLogging,  # noqa: F401 - re-exported: it moved to framework.core.options, shared by other layers
+    RunLogging,  # noqa: F401 - re-exported: it moved to adaptive_decoding.framework.core.options, shared by other layers
 )
-from framework.core.params import MappingParam, Param, ParameterError
-from framework.learning.nets import KINDS
+from adaptive_decoding.framework.core.params import MappingParam, Param, ParameterError
+from adaptive_decoding.framework.learning.nets import KINDS
 
 METHODS = ("imitation", "dagger", "rl")
 LABELS = ("reference", "set")
-REWARDS = ("additive", "multiplicative")  # = framework.learning.rl.REWARDS
+REWARDS = ("additive", "multiplicative")  # = adaptive_decoding.framework.learning.rl.REWARDS
 #: the window transformer's default width, layers and heads
 WINDOW_ARCH = {"d_model": 32, "layers": 2, "heads": 4}
 #: the calibration grid of thresholds τ
@@ -80,7 +80,7 @@ class NetTraining(Options):
 # ---------------------------------------------------------------------- the RL fine-tune
 @dataclass(repr=False, eq=False)
 class RLOptions(Options):
-    """REINFORCE with a group baseline (:mod:`framework.learning.rl`): ``iterations`` epochs of
+    """REINFORCE with a group baseline (:mod:`adaptive_decoding.framework.learning.rl`): ``iterations`` epochs of
     ``prompts`` prompts × ``group`` rollouts; reward c − λ·NFE/G (``additive``) or c·exp(−λ·NFE/G);
     commits drawn with probability σ((logit p − logit τ)/T); inside ``verified`` at τ₂ when
     ``verify_threshold`` is set."""
@@ -151,7 +151,7 @@ class DaggerVisit(Options):
 # ---------------------------------------------------------------------- the threshold's calibration
 @dataclass(repr=False, eq=False)
 class ThresholdCalibration(ExampleDraw):
-    """The calibration of a policy's τ: :class:`~framework.core.options.ExampleDraw`'s examples (by
+    """The calibration of a policy's τ: :class:`~adaptive_decoding.framework.core.options.ExampleDraw`'s examples (by
     default 64 of the validation split) decoded at each τ of ``thresholds``; the fewest mean NFE
     whose accuracy is within ``max_drop`` of sequential's is chosen."""
 
@@ -198,7 +198,7 @@ class PolicyData(Options):
 
     def check_combination(self) -> None:
         if self.features is not None:
-            from framework.learning.features import parse_features
+            from adaptive_decoding.framework.learning.features import parse_features
 
             parse_features(self.features)
             if not isinstance(self.features, str):
@@ -314,7 +314,7 @@ class PolicyOutput(Options):
 
 @dataclass(repr=False, eq=False)
 class PolicyOptions(OptionGroups):
-    """Every option of :func:`framework.learning.pipeline.train_policy`, by concern."""
+    """Every option of :func:`adaptive_decoding.framework.learning.pipeline.train_policy`, by concern."""
 
     data: PolicyData = field(default_factory=PolicyData)
     network: PolicyNetwork = field(default_factory=PolicyNetwork)

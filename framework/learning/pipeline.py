@@ -3,11 +3,11 @@
 ``method``:
 
 * ``imitation``: rows of one-token-per-step decoding, labelled by its final tokens
-  (:mod:`framework.learning.rollouts`); each policy kind is trained on them;
+  (:mod:`adaptive_decoding.framework.learning.rollouts`); each policy kind is trained on them;
 * ``dagger``: imitation, then ``rounds`` times: decode the train split with the current policy
   (at its ``dagger_threshold``), label the visited states from each state
-  (:mod:`framework.learning.dagger`), aggregate with all earlier rows, retrain from the current weights;
-* ``rl``: imitation, then the REINFORCE fine-tune with a group baseline (:mod:`framework.learning.rl`).
+  (:mod:`adaptive_decoding.framework.learning.dagger`), aggregate with all earlier rows, retrain from the current weights;
+* ``rl``: imitation, then the REINFORCE fine-tune with a group baseline (:mod:`adaptive_decoding.framework.learning.rl`).
 
 Every policy is then calibrated on the validation split (fewest NFE within ``max_drop`` of
 sequential accuracy) and decoded on the test split. Files: ``<kind>.pt`` per policy, ``summary.json``.
@@ -23,12 +23,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from framework.core.options import ExampleDraw
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.learning.features import PEER_FEATURES, default_features, parse_features
-from framework.learning.nets import CONTROLLER_OF, KINDS
-from framework.learning.options import (
+from adaptive_decoding.framework.core.options import ExampleDraw
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.learning.features import PEER_FEATURES, default_features, parse_features
+from adaptive_decoding.framework.learning.nets import CONTROLLER_OF, KINDS
+from adaptive_decoding.framework.learning.options import (
     LABELS,
     METHODS,
     WINDOW_ARCH,
@@ -37,16 +37,16 @@ from framework.learning.options import (
     RunLogging,
     ThresholdCalibration,
 )
-from framework.learning.policy import DEFAULT_OUT, load_policy, save_policy
-from framework.learning.rollouts import RolloutDataset, build_dataset
-from framework.learning.train import (
+from adaptive_decoding.framework.learning.policy import DEFAULT_OUT, load_policy, save_policy
+from adaptive_decoding.framework.learning.rollouts import RolloutDataset, build_dataset
+from adaptive_decoding.framework.learning.train import (
     calibrate_threshold,
     policy_controller,
     policy_metrics,
     train_logreg,
     train_net,
 )
-from framework.models.structure import task_generation_structure
+from adaptive_decoding.framework.models.structure import task_generation_structure
 
 __all__ = ["LABELS", "METHODS", "WINDOW_ARCH", "PolicyOptions", "PolicyResult", "check_options", "report",
            "train_policy"]
@@ -153,7 +153,7 @@ def train_policy(task: str, options: Optional[PolicyOptions] = None, *, model: O
 
     ``options.data.labels``: ``reference`` (a position is safe when its prediction equals the token the
     reference decode ends with) or ``set`` (safe *together with* the more confident positions of its
-    step, by the task's verifier: :mod:`framework.learning.set_labels`), for the imitation rows and
+    step, by the task's verifier: :mod:`adaptive_decoding.framework.learning.set_labels`), for the imitation rows and
     DAgger rounds.
 
     ``model`` is a folder, a built-in or a cached hub name (default: the task's built-in model),
@@ -165,7 +165,7 @@ def train_policy(task: str, options: Optional[PolicyOptions] = None, *, model: O
     """
     opts = (options or PolicyOptions()).validate()
     t0, say = time.perf_counter(), _printer(opts.output.verbose)
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.base import get_task
 
     task_obj = get_task(task, **(task_params or {}))
     structure = task_generation_structure(task_obj)
@@ -240,7 +240,7 @@ def _model(task_obj: Any, model: Optional[str], loaded: Any, options: dict) -> t
     """The loaded model (the task's built-in one unless ``model`` or ``loaded`` is given, loaded with
     ``options``: device, dtype, chat ...) and its label."""
     if loaded is None:
-        from framework.training.zoo import load_model_for_task
+        from adaptive_decoding.framework.training.zoo import load_model_for_task
 
         loaded, model = load_model_for_task(task_obj, model, **options)
     return loaded, str(model or loaded.name)
@@ -263,7 +263,7 @@ def _rollout_datasets(run: _Run) -> tuple[RolloutDataset, RolloutDataset, dict[s
     for split, n in (("train", d.n_train), ("validation", d.n_val)):
         draw = ExampleDraw.build(split=split, n=n, batch_size=d.decode_batch_size)
         if d.labels == "set":
-            from framework.learning.set_labels import build_set_dataset
+            from adaptive_decoding.framework.learning.set_labels import build_set_dataset
 
             sets[split] = build_set_dataset(run.loaded, run.task, roll or build_controller("sequential"), draw,
                                             config=run.config)
@@ -289,7 +289,7 @@ def _imitation(run: _Run, train: RolloutDataset, val: RolloutDataset) -> None:
 
 def _rl_stage(run: _Run) -> None:
     """Fine-tune each imitation policy by RL (:func:`rl_finetune` with ``rl``'s options) and save it."""
-    from framework.learning.rl_train import rl_finetune
+    from adaptive_decoding.framework.learning.rl_train import rl_finetune
 
     logging = RunLogging.build(wandb_mode=run.opts.output.wandb_mode, progress=run.opts.output.verbose)
     for kind in run.policies:
@@ -326,7 +326,7 @@ def _calibrate_all(run: _Run) -> dict[str, Any]:
 def _test_figures(run: _Run) -> dict[str, Any]:
     """Sequential decoding and every saved policy (inside ``verified`` when RL verified) on ``n_test``
     test prompts: their evaluation rows by label (none when ``n_test`` is 0)."""
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     verify, n_test = run.opts.verify_threshold, run.opts.data.n_test
     test: dict[str, Any] = {}
@@ -372,10 +372,10 @@ def _visit_and_label(run: _Run, ctrl: Any, round_: int, progress: Any) -> Rollou
     continued from them (``states_per_rollout`` per prompt) or, with set labels, every one of them."""
     draw = ExampleDraw.build(split="train", n=run.opts.data.n_train, batch_size=run.batch)
     if run.opts.data.labels == "set":
-        from framework.learning.set_labels import build_set_dataset
+        from adaptive_decoding.framework.learning.set_labels import build_set_dataset
 
         return build_set_dataset(run.loaded, run.task, ctrl, draw, config=run.config, progress=progress)
-    from framework.learning.dagger import build_on_policy_dataset
+    from adaptive_decoding.framework.learning.dagger import build_on_policy_dataset
 
     visit = DaggerVisit.build(states_per_rollout=run.opts.rounds.states_per_rollout,
                               seed=run.opts.training.seed + round_, batch_size=run.batch)

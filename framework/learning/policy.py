@@ -12,9 +12,9 @@ from typing import Optional
 
 import torch
 
-from framework.core.params import ParameterError
-from framework.learning.features import FEATURE_NAMES
-from framework.learning.nets import KINDS, PolicyNet, WindowPolicyNet, build_net
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.learning.features import FEATURE_NAMES
+from adaptive_decoding.framework.learning.nets import KINDS, PolicyNet, WindowPolicyNet, build_net
 
 __all__ = ["Policy", "PolicyFileError", "PolicyNet", "WindowPolicyNet", "load_policy", "save_policy",
            "tiny_policy_file"]
@@ -46,7 +46,7 @@ class Policy:
     @property
     def structure(self) -> Optional[dict]:
         """The generation's declared structure the policy was trained with (its peer features read
-        it; :func:`framework.models.structure.generation_peers`), ``None`` for none."""
+        it; :func:`adaptive_decoding.framework.models.structure.generation_peers`), ``None`` for none."""
         return self.meta.get("structure") or None
 
     @torch.no_grad()

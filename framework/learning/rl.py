@@ -34,10 +34,10 @@ from typing import Any, Sequence
 import torch
 from torch import nn
 
-from framework.engine.controller import DecodeState
-from framework.engine.features import StepFeatures
-from framework.learning.rollouts import RolloutDataset, StepRecorder
-from framework.learning.windows import as_windows
+from adaptive_decoding.framework.engine.controller import DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.learning.rollouts import RolloutDataset, StepRecorder
+from adaptive_decoding.framework.learning.windows import as_windows
 
 REWARDS = ("additive", "multiplicative")
 

@@ -1,4 +1,4 @@
-"""The RL fine-tune as a Lightning run (see :mod:`framework.learning.rl` for the method).
+"""The RL fine-tune as a Lightning run (see :mod:`adaptive_decoding.framework.learning.rl` for the method).
 
 One epoch = one policy-gradient iteration: draw ``prompts`` training prompts (when the epoch first
 reads its data), decode each ``group`` times with the current policy sampling its commits, score
@@ -21,13 +21,13 @@ from typing import Any, Optional
 import torch
 from torch.utils.data import IterableDataset
 
-from framework.core.measure import tokens_per_forward
-from framework.engine.config import DecodeConfig
-from framework.learning.features import FEATURE_NAMES
-from framework.learning.nets import CONTROLLER_OF, build_net
-from framework.learning.options import RLOptions, RunLogging
-from framework.learning.policy import load_policy, save_policy
-from framework.learning.rl import (
+from adaptive_decoding.framework.core.measure import tokens_per_forward
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.learning.features import FEATURE_NAMES
+from adaptive_decoding.framework.learning.nets import CONTROLLER_OF, build_net
+from adaptive_decoding.framework.learning.options import RLOptions, RunLogging
+from adaptive_decoding.framework.learning.policy import load_policy, save_policy
+from adaptive_decoding.framework.learning.rl import (
     ActionRecorder,
     group_advantages,
     reinforce_loss,
@@ -35,8 +35,8 @@ from framework.learning.rl import (
     rl_windows,
     rollout_prompts,
 )
-from framework.learning.rollouts import RolloutDataset
-from framework.learning.train import policy_controller
+from adaptive_decoding.framework.learning.rollouts import RolloutDataset
+from adaptive_decoding.framework.learning.train import policy_controller
 
 
 @lru_cache(maxsize=1)
@@ -89,7 +89,7 @@ def rl_finetune(loaded: Any, task: Any, init_policy: "str | os.PathLike", config
                 options: Optional[RLOptions] = None, *, out_dir: "str | os.PathLike",
                 logging: Optional[RunLogging] = None, decode_batch_size: int = 64) -> tuple[Any, dict]:
     """Fine-tune the policy in ``init_policy`` with REINFORCE by ``options``
-    (:class:`~framework.learning.options.RLOptions`: λ, the reward form, K = ``group`` rollouts per
+    (:class:`~adaptive_decoding.framework.learning.options.RLOptions`: λ, the reward form, K = ``group`` rollouts per
     prompt, τ and T of the sampled policy, τ₂; its ``seed`` null = 0), decoding ``decode_batch_size``
     rollouts together; W&B mode and progress from ``logging``. Returns the network and run info."""
     import pytorch_lightning as pl
@@ -188,9 +188,9 @@ class _RolloutCollector:
     def _decode(self, chunk: list, epoch: int) -> tuple[RolloutDataset, list[float], list[int]]:
         """Decode one chunk of (group, example, sample) jobs with the saved current policy, sampling:
         the recorded steps, each sample's score and its NFE."""
-        from framework.engine.context import DecodeContext
-        from framework.engine.evaluate import item_seeds
-        from framework.engine.loop import decode
+        from adaptive_decoding.framework.engine.context import DecodeContext
+        from adaptive_decoding.framework.engine.evaluate import item_seeds
+        from adaptive_decoding.framework.engine.loop import decode
 
         env, o = self.env, self.opts
         tok, task, config = env.loaded.tokenizer, env.task, env.config
@@ -229,7 +229,7 @@ def _fit(module: Any, minibatches: _Minibatches, out: Path, loggers: list[Any], 
     from pytorch_lightning.callbacks import ModelCheckpoint
     from torch.utils.data import DataLoader
 
-    from framework.learning.train import quiet_lightning
+    from adaptive_decoding.framework.learning.train import quiet_lightning
 
     ckpt = ModelCheckpoint(dirpath=str(out / "checkpoints"), save_last=True, save_top_k=1, every_n_epochs=1)
     last = out / "checkpoints" / "last.ckpt"

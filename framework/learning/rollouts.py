@@ -9,15 +9,15 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.core.options import ExampleDraw
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller import DecodeState, stay_limit_of
-from framework.engine.controller_io import build_controller
-from framework.engine.features import StepFeatures
-from framework.engine.loop import decode
-from framework.learning.features import FEATURE_NAMES, feature_matrix
-from framework.models.structure import task_generation_structure
+from adaptive_decoding.framework.core.options import ExampleDraw
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller import DecodeState, stay_limit_of
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.learning.features import FEATURE_NAMES, feature_matrix
+from adaptive_decoding.framework.models.structure import task_generation_structure
 
 
 # ---------------------------------------------------------------------- rollouts -> dataset
@@ -152,10 +152,10 @@ def collect_rollouts(model: Any, prompts: Sequence[Sequence[int]], config: Decod
 def over_split(loaded: Any, task: Any, collect: Any, draw: ExampleDraw, *,
                config: Optional[DecodeConfig] = None, progress: Any = None) -> RolloutDataset:
     """``collect(prompts, seeds, config, start, context)`` over ``draw``'s examples of a task
-    (:class:`~framework.core.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
+    (:class:`~adaptive_decoding.framework.core.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
     in evaluation; ``context`` the batch's :meth:`DecodeContext.for_batch`), the parts concatenated;
     ``progress`` (a tqdm bar) counts prompts."""
-    from framework.engine.evaluate import item_seeds
+    from adaptive_decoding.framework.engine.evaluate import item_seeds
 
     draw.validate()
     config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)

@@ -10,7 +10,7 @@ whether a position can be committed *with the others committed at the same step*
     partial answer (what is already decided, the kept positions, and x0_i at i) can still be
     completed to a correct answer; y_i = 1 ⇔ i was kept.
 
-"Can still be completed" is the task's verifier :meth:`framework.tasks.base.Task.completable` (it
+"Can still be completed" is the task's verifier :meth:`adaptive_decoding.framework.tasks.base.Task.completable` (it
 reads the answer: for labelling and bounds only, never at decoding time). The kept set is the
 greedy maximal jointly safe set along the confidence ranking: of two dependent uncertain words the
 more confident is kept and the other is not (its label says "not in the same step"); independent
@@ -25,13 +25,13 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.core.options import ExampleDraw
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.loop import decode
-from framework.learning.dagger import _StateRecorder
-from framework.learning.rollouts import RolloutDataset
-from framework.models.structure import task_generation_structure
+from adaptive_decoding.framework.core.options import ExampleDraw
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.learning.dagger import _StateRecorder
+from adaptive_decoding.framework.learning.rollouts import RolloutDataset
+from adaptive_decoding.framework.models.structure import task_generation_structure
 
 #: ``check(tokens, committed) -> bool | None``: a task's verifier bound to one example
 Check = Callable[[Sequence[int], Sequence[bool]], Optional[bool]]
@@ -110,9 +110,9 @@ def collect_set_labelled(model: Any, prompts: Sequence[Sequence[int]], controlle
 def build_set_dataset(loaded: Any, task: Any, controller: Any, draw: ExampleDraw, *,
                       config: Optional[DecodeConfig] = None, progress: Any = None) -> RolloutDataset:
     """:func:`collect_set_labelled` over ``draw``'s examples of a task
-    (:class:`~framework.core.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
+    (:class:`~adaptive_decoding.framework.core.options.ExampleDraw`: ``n`` of a split, ``batch_size`` at a time; seeds as
     in evaluation); ``progress`` (a tqdm bar) counts prompts."""
-    from framework.engine.evaluate import item_seeds
+    from adaptive_decoding.framework.engine.evaluate import item_seeds
 
     draw.validate()
     config = config or DecodeConfig(gen_length=task.gen_length, block_length=task.default_block_length)

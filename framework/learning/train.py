@@ -3,7 +3,7 @@
 **Dataset.** Decode a split with one-token-per-step decoding (``sequential``; or record the states
 of another ``rollout`` controller). At every step, every eligible position gives one row: its
 feature vector φ (:data:`FEATURE_NAMES`, computed by :func:`feature_matrix` from the step's
-:class:`~framework.engine.features.StepFeatures`) and the oracle label
+:class:`~adaptive_decoding.framework.engine.features.StepFeatures`) and the oracle label
 
     y = 1  ⇔  the position's current prediction x0 already equals the token that
               one-token-per-step decoding ends with at that position,
@@ -11,7 +11,7 @@ feature vector φ (:data:`FEATURE_NAMES`, computed by :func:`feature_matrix` fro
 the label used to learn parallel decoding policies: committing every position with y = 1 now
 loses nothing against the reference.
 
-**Models** (:mod:`framework.learning.nets`). p(safe | ·) = σ(g(·)) on standardised φ:
+**Models** (:mod:`adaptive_decoding.framework.learning.nets`). p(safe | ·) = σ(g(·)) on standardised φ:
 
 * ``logreg``: g linear in one position's φ, fitted by scikit-learn's ``LogisticRegression``;
 * ``mlp``: g a small ReLU MLP of one position's φ;
@@ -21,8 +21,8 @@ loses nothing against the reference.
 ``mlp`` and ``transformer`` train as the Lightning module :class:`PolicyModule` (binary
 cross-entropy over the eligible slots, AdamW) with CSV and W&B (offline by default) logging,
 ``ModelCheckpoint`` and ``EarlyStopping`` on the validation loss. On-policy rounds (DAgger) are
-:mod:`framework.learning.dagger`, the RL fine-tune :mod:`framework.learning.rl`, the whole
-pipeline :mod:`framework.learning.pipeline`.
+:mod:`adaptive_decoding.framework.learning.dagger`, the RL fine-tune :mod:`adaptive_decoding.framework.learning.rl`, the whole
+pipeline :mod:`adaptive_decoding.framework.learning.pipeline`.
 
 **Policy file** (``.pt``, read with ``torch.load(weights_only=True)``, so loading runs no code)::
 
@@ -33,7 +33,7 @@ pipeline :mod:`framework.learning.pipeline`.
 ``threshold`` is the operating point: with calibration, the lowest-NFE threshold of a grid whose
 validation accuracy is within ``max_drop`` of sequential decoding (the tuning module's rule).
 The controllers ``learned`` (MLP), ``learned_window`` (transformer) and ``logreg``
-(:mod:`controllers.learned`) load it.
+(:mod:`adaptive_decoding.controllers.learned`) load it.
 """
 
 from __future__ import annotations
@@ -49,13 +49,13 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.learning.features import FEATURE_NAMES
-from framework.learning.nets import PolicyNet, build_net
-from framework.learning.options import NetTraining, RunLogging, ThresholdCalibration
-from framework.learning.rollouts import RolloutDataset
-from framework.learning.windows import Windows, as_windows
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.learning.features import FEATURE_NAMES
+from adaptive_decoding.framework.learning.nets import PolicyNet, build_net
+from adaptive_decoding.framework.learning.options import NetTraining, RunLogging, ThresholdCalibration
+from adaptive_decoding.framework.learning.rollouts import RolloutDataset
+from adaptive_decoding.framework.learning.windows import Windows, as_windows
 
 
 # ---------------------------------------------------------------------- training
@@ -165,7 +165,7 @@ def _policy_module_class() -> type:
 
 
 def __getattr__(name: str) -> Any:
-    """``framework.learning.PolicyModule`` resolves lazily (importing Lightning only then)."""
+    """``adaptive_decoding.framework.learning.PolicyModule`` resolves lazily (importing Lightning only then)."""
     if name == "PolicyModule":
         return _policy_module_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -215,8 +215,8 @@ def train_net(kind: str, train: RolloutDataset, val: RolloutDataset, *, out_dir:
               logging: Optional[RunLogging] = None,
               init: Optional[nn.Module] = None) -> tuple[nn.Module, dict[str, Any]]:
     """Train an ``mlp`` or ``transformer`` policy with Lightning by ``training``'s optimisation
-    (:class:`~framework.learning.options.NetTraining`, default every default), logging by ``logging``
-    (:class:`~framework.learning.options.RunLogging`), from ``init``'s weights if given (e.g. the
+    (:class:`~adaptive_decoding.framework.learning.options.NetTraining`, default every default), logging by ``logging``
+    (:class:`~adaptive_decoding.framework.learning.options.RunLogging`), from ``init``'s weights if given (e.g. the
     previous DAgger round's); returns the best-validation-loss network and run info."""
     pl = _lightning()
     from pytorch_lightning.callbacks import EarlyStopping, ModelCheckpoint
@@ -320,13 +320,13 @@ def calibrate_threshold(loaded: Any, task: Any, controller: str, policy: "str | 
                         config: DecodeConfig, options: Optional[ThresholdCalibration] = None, *,
                         reference: Optional[dict] = None,
                         verify_threshold: Optional[float] = None) -> dict[str, Any]:
-    """Decode ``options``' examples (:class:`~framework.learning.options.ThresholdCalibration`, default
+    """Decode ``options``' examples (:class:`~adaptive_decoding.framework.learning.options.ThresholdCalibration`, default
     64 of the validation split) at each threshold τ of its grid; pick the tuning rule's point: the
     fewest mean NFE with accuracy ≥ the sequential ``reference``'s − ``max_drop`` (the reference decoded
     here unless given). Inside ``verified`` when ``verify_threshold`` is given, as the policy will be
     decoded."""
-    from framework.tuning.front import choose_index
-    from framework.tuning.objective import REFERENCE, score_examples
+    from adaptive_decoding.framework.tuning.front import choose_index
+    from adaptive_decoding.framework.tuning.objective import REFERENCE, score_examples
 
     opts = options if options is not None else ThresholdCalibration()
     opts.validate()

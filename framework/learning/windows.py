@@ -1,6 +1,6 @@
 """Rollout rows grouped into the windows a step saw, for policies that look at the whole window.
 
-A :class:`~framework.learning.rollouts.RolloutDataset` holds one row per eligible position; the
+A :class:`~adaptive_decoding.framework.learning.rollouts.RolloutDataset` holds one row per eligible position; the
 rows of one step of one sample (same ``sample`` and ``step``) are one window. :func:`to_windows`
 pads them into ``X`` ``[N, W, F]`` with ``valid`` ``[N, W]`` (rows sorted by position) and the
 labels ``y`` ``[N, W]``; per-position policies use :func:`to_rows` (every row a window of one).
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from framework.learning.rollouts import RolloutDataset
+from adaptive_decoding.framework.learning.rollouts import RolloutDataset
 
 
 @dataclass

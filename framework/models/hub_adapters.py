@@ -1,4 +1,4 @@
-"""Adapters that make Hugging Face hub models follow the :class:`framework.models.protocol.Denoiser` protocol.
+"""Adapters that make Hugging Face hub models follow the :class:`adaptive_decoding.framework.models.protocol.Denoiser` protocol.
 
 Every adapter is an ``nn.Module`` with ``logits = adapter(input_ids, attention_mask=None)`` of shape
 ``[B, L, V]`` and the attributes ``mask_token_id``, ``vocab_size``, ``eos_token_id``,
@@ -20,7 +20,7 @@ them:
   ``cat([logits[:, :1], logits[:, :-1]], dim=1)``.
 * :class:`LLaDA2Denoiser` (``llada2``): LLaDA2.0 / LLaDA2.1 MoE checkpoints (``model_type``
   ``llada2_moe``), block-diffusion models run only by the framework's own implementation
-  (:mod:`framework.models.arch.llada2`): mask id 156895 and end of text 156892 unless
+  (:mod:`adaptive_decoding.framework.models.arch.llada2`): mask id 156895 and end of text 156892 unless
   ``config.json`` names others.
 * :class:`DiffusionGemmaDenoiser` (``diffusion_gemma``): transformers'
   ``DiffusionGemmaForBlockDiffusion``, a *uniform-noise* block-diffusion model (no mask token):
@@ -45,8 +45,8 @@ from typing import Any, ClassVar, Optional, Sequence
 import torch
 from torch import nn
 
-from framework.core.registry import Registry
-from framework.core.rng import mix64, uniform
+from adaptive_decoding.framework.core.registry import Registry
+from adaptive_decoding.framework.core.rng import mix64, uniform
 
 LLADA_MASK_TOKEN_ID = 126336
 LLADA_EOT_TOKEN = "<|eot_id|>"  # LLaDA-Instruct's end of turn (id 126348), besides <|endoftext|> (126081)
@@ -317,9 +317,9 @@ class LLaDA2Denoiser(OwnOnlyDenoiser):
     kind = "llada2"
     model_types = ("llada2_moe",)
     class_names = ("LLaDA2MoeModelLM",)
-    default_mask, default_eos = 156895, 156892  # framework.models.arch.llada2's LLADA2_*_TOKEN_ID
+    default_mask, default_eos = 156895, 156892  # adaptive_decoding.framework.models.arch.llada2's LLADA2_*_TOKEN_ID
     family = "LLaDA2-MoE"
-    arch_module = "framework.models.arch.llada2"
+    arch_module = "adaptive_decoding.framework.models.arch.llada2"
 
     @classmethod
     def matches(cls, config: dict) -> bool:
@@ -336,7 +336,7 @@ class SDARDenoiser(OwnOnlyDenoiser):
     model_types = ("sdar",)
     class_names = ("SDARForCausalLM",)
     default_mask = 151669
-    arch_module = "framework.models.arch.sdar"
+    arch_module = "adaptive_decoding.framework.models.arch.sdar"
 
 
 @HUB_ADAPTERS.register("fast_dllm_v2", aliases=("fast_dllm_qwen",))
@@ -348,7 +348,7 @@ class FastDLLMv2Denoiser(OwnOnlyDenoiser):
     model_types = ("fast_dllm_qwen",)
     class_names = ("Fast_dLLM_QwenForCausalLM",)
     default_mask = 151665
-    arch_module = "framework.models.arch.fast_dllm_v2"
+    arch_module = "adaptive_decoding.framework.models.arch.fast_dllm_v2"
 
 
 @HUB_ADAPTERS.register("lladamoe", aliases=("llada_moe",))
@@ -360,7 +360,7 @@ class LLaDAMoEDenoiser(OwnOnlyDenoiser):
     model_types = ("lladamoe",)
     class_names = ("LLaDAMoEModelLM",)
     default_mask = 156895
-    arch_module = "framework.models.arch.llada_moe"
+    arch_module = "adaptive_decoding.framework.models.arch.llada_moe"
 
 
 @HUB_ADAPTERS.register("dream")

@@ -3,7 +3,7 @@ tokenizer wrapper, adapter detection, dtype and device choice, and :func:`load_h
 
 Where the weights' code comes from, in order:
 
-1. this framework's own implementation of the architecture (``framework.models.arch``, when that
+1. this framework's own implementation of the architecture (``adaptive_decoding.framework.models.arch``, when that
    package exists and :func:`own_architecture` says it covers the checkpoint): no remote code;
 2. transformers' own classes (BERT-style masked LMs, DiffusionGemma);
 3. the checkpoint's own modeling files (``auto_map`` in ``config.json``: LLaDA / Dream relatives the
@@ -21,7 +21,7 @@ from typing import Any, Optional, Sequence
 
 import torch
 
-from framework.models.hub_adapters import (
+from adaptive_decoding.framework.models.hub_adapters import (
     HUB_ADAPTERS,
     HubDenoiser,
     HubModelError,
@@ -31,12 +31,12 @@ from framework.models.hub_adapters import (
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 DEVICES = "auto, cpu, cuda, cuda:N, mps"
 HUB_NAME = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
-from framework.models.protocol import LoadedModel  # noqa: E402
+from adaptive_decoding.framework.models.protocol import LoadedModel  # noqa: E402
 
 
 # ---------------------------------------------------------------------------------- tokenizer
 class HFTokenizer:
-    """A transformers tokenizer behind the :class:`framework.models.protocol.Tokenizer` protocol.
+    """A transformers tokenizer behind the :class:`adaptive_decoding.framework.models.protocol.Tokenizer` protocol.
 
     Args:
         tokenizer: a ``PreTrainedTokenizerBase``.
@@ -207,7 +207,7 @@ def resolve_dtype(dtype: Any, device: "str | torch.device" = "cpu") -> Optional[
 
 # ---------------------------------------------------------------------------------- architectures
 def own_architecture(config: dict) -> bool:
-    """Whether this framework's own implementation (``framework.models.arch``) loads the checkpoint.
+    """Whether this framework's own implementation (``adaptive_decoding.framework.models.arch``) loads the checkpoint.
 
     The one place where the built-in LLaDA / Dream / LLaDA2-MoE implementations plug in. The package is optional
     (``ImportError``: no). It claims a ``config.json`` when ``arch.detect_architecture`` recognises
@@ -218,8 +218,8 @@ def own_architecture(config: dict) -> bool:
     and needs no remote code.
     """
     try:
-        from framework.models.arch import detect_architecture
-        from framework.models.arch.errors import UnsupportedArchitectureError
+        from adaptive_decoding.framework.models.arch import detect_architecture
+        from adaptive_decoding.framework.models.arch.errors import UnsupportedArchitectureError
     except ImportError:
         return False
     try:
@@ -239,9 +239,9 @@ def _load_own(cls: type[HubDenoiser], path: Path, config: dict, tokenizer: Any, 
     """The framework's own model of a claimed checkpoint, as a denoiser with the adapter's special ids."""
     from types import SimpleNamespace
 
-    from framework.models.arch import load_architecture
-    from framework.models.arch.errors import CheckpointFormatError
-    from framework.models.own import OwnArchitectureDenoiser
+    from adaptive_decoding.framework.models.arch import load_architecture
+    from adaptive_decoding.framework.models.arch.errors import CheckpointFormatError
+    from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
     try:
         model = load_architecture(path, dtype=dtype, device=device)

@@ -1,10 +1,10 @@
 """A LLaDA or Dream checkpoint run by the framework's own implementation, as a denoiser.
 
-:class:`OwnArchitectureDenoiser` wraps a :class:`~framework.models.arch.layers.MaskedDiffusionLM`
-(loaded by :func:`framework.models.arch.load_architecture`, no remote code) with the special ids
+:class:`OwnArchitectureDenoiser` wraps a :class:`~adaptive_decoding.framework.models.arch.layers.MaskedDiffusionLM`
+(loaded by :func:`adaptive_decoding.framework.models.arch.load_architecture`, no remote code) with the special ids
 the hub adapters work out (LLaDA's fixed mask id 126336, Dream's from its config or tokenizer,
 every end-of-text id), and gives the loop both calls of
-:class:`~framework.models.windowed.WindowedDenoiser`: the plain ``[B, L, V]`` logits and the
+:class:`~adaptive_decoding.framework.models.windowed.WindowedDenoiser`: the plain ``[B, L, V]`` logits and the
 windowed, cached ones (Fast-dLLM's prefix and dual caches). Dream's shift (hidden state ``i``
 predicts token ``i + 1``) comes from the model's ``logits_shift``.
 """
@@ -16,8 +16,8 @@ from typing import Any, Optional, Sequence
 import torch
 from torch import nn
 
-from framework.models.arch.layers import MaskedDiffusionLM
-from framework.models.windowed import WindowedDenoiser
+from adaptive_decoding.framework.models.arch.layers import MaskedDiffusionLM
+from adaptive_decoding.framework.models.windowed import WindowedDenoiser
 
 
 class OwnArchitectureDenoiser(WindowedDenoiser, nn.Module):

@@ -3,7 +3,7 @@
 A folder stores the vocabulary its model was trained with (``config.json``'s ``vocab``) and is loaded
 with a tokenizer of that vocabulary, so a task added later, or a word added to a task, never
 invalidates it; a folder written before vocabularies were stored is read with
-:data:`framework.tasks.vocab.LEGACY_VOCAB`.
+:data:`adaptive_decoding.framework.tasks.vocab.LEGACY_VOCAB`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from framework.models.protocol import LoadedModel
-from framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.models.protocol import LoadedModel
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
 
 FORMAT = "adaptive-decoding.tiny-denoiser"
 FORMAT_VERSION = 1
@@ -107,8 +107,8 @@ def load_pretrained(folder: "str | os.PathLike", device: str = "cpu", name: Opti
 
 def saved_tokenizer(cfg: dict, cfg_path: Path) -> Any:
     """The tokenizer of the vocabulary stored in a saved ``config.json`` (``vocab``); a folder
-    without one was trained with :data:`~framework.tasks.vocab.LEGACY_VOCAB`."""
-    from framework.tasks.vocab import LEGACY_VOCAB, tokenizer_for
+    without one was trained with :data:`~adaptive_decoding.framework.tasks.vocab.LEGACY_VOCAB`."""
+    from adaptive_decoding.framework.tasks.vocab import LEGACY_VOCAB, tokenizer_for
 
     vocab = cfg.get("vocab")
     try:

@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from framework.models.arch.layers import KVCache, check_ephemeral
-from framework.models.structure import structure_mask
-from framework.models.windowed import WindowedDenoiser
+from adaptive_decoding.framework.models.arch.layers import KVCache, check_ephemeral
+from adaptive_decoding.framework.models.structure import structure_mask
+from adaptive_decoding.framework.models.windowed import WindowedDenoiser
 
 #: architecture presets of :class:`TinyDenoiser` (``adec train-denoiser --size``)
 MODEL_SIZES: dict[str, dict] = {
@@ -38,7 +38,7 @@ class TinyConfig:
     n_heads: int = 4
     d_ff: int = 512
     dropout: float = 0.0
-    #: structured attention (:mod:`framework.models.structure`), ``None`` = full attention
+    #: structured attention (:mod:`adaptive_decoding.framework.models.structure`), ``None`` = full attention
     structure: Optional[dict] = None
 
     def to_dict(self) -> dict:
@@ -110,7 +110,7 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
              write_positions: Optional[torch.Tensor] = None, write_valid: Optional[torch.Tensor] = None,
              output_positions: Optional[torch.Tensor] = None, use_cache: bool = False, ephemeral: int = 0,
              ) -> tuple[torch.Tensor, Optional[KVCache]]:
-        """The encoder as :class:`~framework.models.windowed.WindowedDenoiser` needs it.
+        """The encoder as :class:`~adaptive_decoding.framework.models.windowed.WindowedDenoiser` needs it.
 
         The same parameters and arithmetic as ``nn.TransformerEncoderLayer(norm_first=True,
         activation="gelu")`` (so saved models load unchanged), written out so that keys and values

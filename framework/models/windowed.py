@@ -1,8 +1,8 @@
-"""The windowed, cached call that the engine's KV-cache policy uses (:mod:`framework.engine.denoise`).
+"""The windowed, cached call that the engine's KV-cache policy uses (:mod:`adaptive_decoding.framework.engine.denoise`).
 
 A model that mixes in :class:`WindowedDenoiser` implements one primitive, :meth:`core` (the
-signature of :meth:`framework.models.arch.layers.MaskedDiffusionLM.forward`: queries, explicit
-positions, a key mask, an in-place :class:`~framework.models.arch.layers.KVCache` and the rows
+signature of :meth:`adaptive_decoding.framework.models.arch.layers.MaskedDiffusionLM.forward`: queries, explicit
+positions, a key mask, an in-place :class:`~adaptive_decoding.framework.models.arch.layers.KVCache` and the rows
 that reach the LM head), and gets from this mixin
 
 * the plain protocol: ``model(input_ids, attention_mask) -> logits [B, L, V]``;

@@ -14,12 +14,12 @@ Built-in names come from the tasks: a task class that declares ``model_name`` (`
 (``framework/models/weights/tiny-sudoku9``, with the command that reproduces it); a folder of that
 name in the cache takes precedence. A folder holding a Hugging Face ``config.json``, or a hub name
 ``org/name`` found in the local Hugging Face cache, is delegated to
-:func:`framework.models.hub_loading.load_hub_model`. Nothing here downloads or deletes a file.
+:func:`adaptive_decoding.framework.models.hub_loading.load_hub_model`. Nothing here downloads or deletes a file.
 
 Training a missing built-in model is not loading: the training layer registers a builder
-(:func:`register_missing_builder`, done by ``import framework.training``) that :func:`load_model`
+(:func:`register_missing_builder`, done by ``import adaptive_decoding.framework.training``) that :func:`load_model`
 calls when ``train_if_missing``; without one, a missing model is a :class:`CheckpointError` that says
-how to train it. Loading a real checkpoint never imports ``framework.training``.
+how to train it. Loading a real checkpoint never imports ``adaptive_decoding.framework.training``.
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from typing import Any, Callable, Optional
 
 import torch
 
-from framework.core.registry import Registry, UnknownNameError
-from framework.models.protocol import LoadedModel
-from framework.models.saved import (
+from adaptive_decoding.framework.core.registry import Registry, UnknownNameError
+from adaptive_decoding.framework.models.protocol import LoadedModel
+from adaptive_decoding.framework.models.saved import (
     CONFIG_FILE,
     CheckpointError,
     default_cache_dir,
@@ -45,8 +45,10 @@ from framework.models.saved import (
     model_dir,
     read_json,
 )
-from framework.models.tiny import TinyConfig, TinyDenoiser
-from framework.tasks.text import TEXT_MODEL  # the character-level English model (its own tokenizer)
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.tasks.text import (
+    TEXT_MODEL,  # the character-level English model (its own tokenizer)
+)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ class ModelSpec:
 
     def recipe(self) -> dict[str, Any]:
         """The task's declared recipe (``Task.recipe``) with this model's size and seed."""
-        from framework.tasks.base import recipe_for
+        from adaptive_decoding.framework.tasks.base import recipe_for
 
         r = recipe_for(self.task).to_dict()
         if self.size is not None:
@@ -74,7 +76,7 @@ class ModelRegistry(Registry[ModelSpec]):
     registered task declares (``Task.model_name``), so a new task needs no line here."""
 
     def sync_tasks(self) -> None:
-        from framework.tasks.base import builtin_models
+        from adaptive_decoding.framework.tasks.base import builtin_models
 
         for model, task, description in builtin_models():
             if not Registry.__contains__(self, model):
@@ -131,13 +133,13 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
     Tried in this order:
 
     * a folder in this project's format: loaded directly;
-    * a folder with a Hugging Face ``config.json``: :func:`framework.models.hub_loading.load_hub_model`;
+    * a folder with a Hugging Face ``config.json``: :func:`adaptive_decoding.framework.models.hub_loading.load_hub_model`;
     * a built-in name (``tiny-addition`` ..., ``tiny-text``): loaded from the cache (or the package);
       a missing one is trained first when ``train_if_missing`` and the training layer registered a
-      builder (``import framework.training``), else :class:`CheckpointError` naming the missing file;
+      builder (``import adaptive_decoding.framework.training``), else :class:`CheckpointError` naming the missing file;
     * a hub name ``org/name``: its snapshot in the local Hugging Face cache (``HF_HUB_CACHE`` /
       ``HF_HOME``), never downloaded; a missing one raises
-      :class:`framework.models.hub_adapters.ModelNotCachedError` with the command that fetches it.
+      :class:`adaptive_decoding.framework.models.hub_adapters.ModelNotCachedError` with the command that fetches it.
 
     Args:
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda``, ``cuda:N``.
@@ -152,7 +154,7 @@ def load_model(name_or_path: str, device: str = "cpu", train_if_missing: bool = 
     A missing or corrupt file raises :class:`CheckpointError` naming it; nothing is deleted.
     A name that is none of these raises an error listing what was tried.
     """
-    from framework.models.hub_loading import resolve_device, resolve_dtype
+    from adaptive_decoding.framework.models.hub_loading import resolve_device, resolve_dtype
 
     device = resolve_device(device)
     torch_dtype = resolve_dtype(dtype, device)  # validates the name before any work
@@ -182,7 +184,7 @@ def default_model_name(task: Any) -> str:
     without a built-in model fails naming ``--model``."""
     name = builtin_model_of(type(task), task.name)
     if name is None:
-        from framework.core.params import ParameterError
+        from adaptive_decoding.framework.core.params import ParameterError
 
         raise ParameterError(
             f"task {task.name!r} has no built-in model; name one with --model (or model: in an experiment "
@@ -212,18 +214,18 @@ def _load_folder(path: Path, name: str, hub: dict, torch_dtype: Any) -> LoadedMo
         raise CheckpointError(f"{cfg}: file not found (a model folder needs a config.json: this "
                               f"project's format or a Hugging Face model)")
     read_json(cfg)  # a corrupt config.json is reported here, naming the file
-    from framework.models.hub_loading import load_hub_model
+    from adaptive_decoding.framework.models.hub_loading import load_hub_model
 
     return load_hub_model(str(path), **hub)
 
 
 def _load_hub_name(name: str, path: Path, hub: dict) -> LoadedModel:
     """A hub name ``org/name`` from the local cache; anything else fails listing what was tried."""
-    from framework.models.hub_loading import looks_like_hub_name
+    from adaptive_decoding.framework.models.hub_loading import looks_like_hub_name
 
     if looks_like_hub_name(name) and not path.exists():
-        from framework.models.hub_adapters import ModelNotCachedError
-        from framework.models.hub_loading import load_hub_model
+        from adaptive_decoding.framework.models.hub_adapters import ModelNotCachedError
+        from adaptive_decoding.framework.models.hub_loading import load_hub_model
 
         try:
             return load_hub_model(name, **hub)
@@ -265,13 +267,13 @@ def _build_missing(kind: str, name: str, folder: Path, train_if_missing: bool, p
     if not train_if_missing:
         raise CheckpointError(f"{missing} or load it with train_if_missing=True)")
     if builder is None:
-        raise CheckpointError(f"{missing}, or import framework.training first so that load_model can train it)")
+        raise CheckpointError(f"{missing}, or import adaptive_decoding.framework.training first so that load_model can train it)")
     builder(name, folder, progress)
 
 
 def _tried(name: str, path: Path) -> str:
     """What :func:`load_model` looked for, for its error message."""
-    from framework.models.hub_loading import hub_cache_dir, looks_like_hub_name
+    from adaptive_decoding.framework.models.hub_loading import hub_cache_dir, looks_like_hub_name
 
     folder = f"a folder {path.resolve()} ({'exists but is not a directory' if path.exists() else 'does not exist'})"
     known = f"a built-in model name (known: {', '.join(MODELS.names())}, {TEXT_MODEL})"
@@ -284,7 +286,7 @@ def _tried(name: str, path: Path) -> str:
 
 def _no_query_chunk(query_chunk: Optional[int], name: str) -> None:
     if query_chunk is not None:
-        from framework.models.hub_adapters import HubModelError
+        from adaptive_decoding.framework.models.hub_adapters import HubModelError
 
         raise HubModelError(f"query_chunk={query_chunk} (--query-chunk) applies to the framework's own LLaDA and Dream "
                             f"implementations (a Hugging Face checkpoint folder or a cached hub name); {name!r} is a "
@@ -301,9 +303,9 @@ def cast_dtype(loaded: LoadedModel, dtype: Any, torch_dtype: Any) -> LoadedModel
 
 # ---------------------------------------------------------------------- tiny-text
 def load_text_folder(folder: "str | os.PathLike", device: str = "cpu", name: Optional[str] = None) -> LoadedModel:
-    """A :class:`LoadedModel` of a folder written by ``framework.training.text_model.train_text_model``
+    """A :class:`LoadedModel` of a folder written by ``adaptive_decoding.framework.training.text_model.train_text_model``
     (``config.json``, ``model.pt``, ``text.json`` with the vocabulary and the corpus fingerprint)."""
-    from framework.tasks.text import TextTask, corpus_fingerprint
+    from adaptive_decoding.framework.tasks.text import TextTask, corpus_fingerprint
 
     folder = Path(folder)
     for f in ("config.json", "model.pt", "text.json"):

@@ -9,7 +9,7 @@ through a **bare loop**: the same forwards and cache policy, then a softmax over
 and the top-k commit, nothing else (what a hand-written ``generate.py`` does). For every
 ``cache = none | prefix | dual`` and temperature the table gives per-step milliseconds split into
 the forward and the rest, milliseconds per generated token, and memory from PyTorch's allocator
-(every allocation and free replayed, :class:`framework.core.measure.AllocatedPeak`): the peak of
+(every allocation and free replayed, :class:`adaptive_decoding.framework.core.measure.AllocatedPeak`): the peak of
 the run above what was allocated before it, and the peak of a step above what was live when the
 step began (a step = one forward and everything until the next): the first step apart (it also
 allocates the KV cache), then the largest and the median over the later steps, whole and from the
@@ -19,7 +19,7 @@ statistics, controller, commit).
 Times are medians over ``repeats`` runs, all in one process, one after the other.
 
 **Block-causal models** (``adec profile --arch llada2 | sdar | fast_dllm_v2``,
-:mod:`framework.profiling.shapes`): the same measurement on LLaDA2-MoE, SDAR or Fast-dLLM v2 built at a
+:mod:`adaptive_decoding.framework.profiling.shapes`): the same measurement on LLaDA2-MoE, SDAR or Fast-dLLM v2 built at a
 released checkpoint's shapes (layers cut on CPU), in the model's own blocks, with ``cache = none |
 block`` (the exact cache of completed blocks) and ``eos_stop`` off, so both modes run the same NFE;
 the bare loop is the same forwards and cache policy followed by the softmax and top-k commit, and
@@ -35,15 +35,15 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 
 import torch
 
-from framework.core.measure import AllocatedPeak, PeakMemory, median, synced_clock
-from framework.engine.config import LAYOUT_CACHE_MODES, DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.denoise import CacheSession, suppress_mask_logit
-from framework.engine.layout import model_block_size
-from framework.engine.loop import decode, layout
-from framework.models.arch.llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
-from framework.models.own import OwnArchitectureDenoiser
-from framework.profiling.options import LLADA_VOCAB, LOOPS, ProfileArch, ProfileOptions
+from adaptive_decoding.framework.core.measure import AllocatedPeak, PeakMemory, median, synced_clock
+from adaptive_decoding.framework.engine.config import LAYOUT_CACHE_MODES, DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.denoise import CacheSession, suppress_mask_logit
+from adaptive_decoding.framework.engine.layout import model_block_size
+from adaptive_decoding.framework.engine.loop import decode, layout
+from adaptive_decoding.framework.models.arch.llada import LLADA_MASK_TOKEN_ID, LLaDAArchConfig, LLaDAModel
+from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
+from adaptive_decoding.framework.profiling.options import LLADA_VOCAB, LOOPS, ProfileArch, ProfileOptions
 
 __all__ = ["LLADA_VOCAB", "LOOPS", "ProfileArch", "ProfileOptions", "ProfileRow", "as_dicts", "bare_loop",
            "default_caches", "markdown_table", "profile_model", "ratios", "run_profile"]
@@ -76,7 +76,7 @@ class ProfileRow:
 
 def profile_model(arch: Optional[ProfileArch] = None, *, device: "str | torch.device" = "cpu",
                   dtype: torch.dtype = torch.float32) -> OwnArchitectureDenoiser:
-    """A LLaDA-architecture denoiser built from ``arch`` (:class:`~framework.profiling.options.ProfileArch`,
+    """A LLaDA-architecture denoiser built from ``arch`` (:class:`~adaptive_decoding.framework.profiling.options.ProfileArch`,
     default every default) on ``device`` in ``dtype``: random weights, the real vocabulary; full
     forwards taken ``arch.query_chunk`` query rows at a time when given (``MaskedDiffusionLM.query_chunk``)."""
     a = arch if arch is not None else ProfileArch()
@@ -236,7 +236,7 @@ def _measure(fn: Callable[[], tuple[int, float, float]], repeats: int, model: An
 def run_profile(model: Any, options: Optional[ProfileOptions] = None, *,
                 progress: Optional[Callable] = None) -> list[ProfileRow]:
     """Measure ``options.sweep.loops`` for every batch size, cache mode and temperature of ``options``
-    (:class:`~framework.profiling.options.ProfileOptions`, default every default): ``decode``
+    (:class:`~adaptive_decoding.framework.profiling.options.ProfileOptions`, default every default): ``decode``
     (:func:`decode`), ``bare`` (:func:`bare_loop`) and ``verify`` (:func:`decode` computing WINO's
     verification of the decided tokens every step, the shadow block, at the same NFE).
 

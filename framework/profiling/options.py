@@ -1,9 +1,9 @@
-"""The options of ``adec profile`` (:mod:`framework.profiling`), grouped by concern
-(:mod:`framework.core.options`):
+"""The options of ``adec profile`` (:mod:`adaptive_decoding.framework.profiling`), grouped by concern
+(:mod:`adaptive_decoding.framework.core.options`):
 
-* :class:`ProfileArch`: the LLaDA-architecture body :func:`framework.profiling.profile_model` builds
+* :class:`ProfileArch`: the LLaDA-architecture body :func:`adaptive_decoding.framework.profiling.profile_model` builds
   (vocabulary, width, layers, heads, SwiGLU width, the weights' seed, query chunking);
-* :class:`ProfileOptions` of :func:`framework.profiling.run_profile`, in two groups: ``shapes`` (the
+* :class:`ProfileOptions` of :func:`adaptive_decoding.framework.profiling.run_profile`, in two groups: ``shapes`` (the
   batch sizes, prompt, generation and block lengths, LLaDA's steps) and ``sweep`` (the cache modes,
   temperatures and loops measured, and how many timed runs each).
 
@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from framework.core.options import ChoiceListParam, IntListParam, OptionGroups, Options
-from framework.core.params import NumberListParam, Param, ParameterError
+from adaptive_decoding.framework.core.options import ChoiceListParam, IntListParam, OptionGroups, Options
+from adaptive_decoding.framework.core.params import NumberListParam, Param, ParameterError
 
 #: LLaDA's vocabulary (126,464 ids; its mask id 126,336)
 LLADA_VOCAB = 126464
@@ -107,7 +107,7 @@ class ProfileSweep(Options):
 
 @dataclass(repr=False, eq=False)
 class ProfileOptions(OptionGroups):
-    """Every option of :func:`framework.profiling.run_profile`, by concern."""
+    """Every option of :func:`adaptive_decoding.framework.profiling.run_profile`, by concern."""
 
     shapes: ProfileShapes = field(default_factory=ProfileShapes)
     sweep: ProfileSweep = field(default_factory=ProfileSweep)

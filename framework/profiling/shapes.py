@@ -15,12 +15,12 @@ from typing import Any, Optional
 
 import torch
 
-from framework.models.arch.fast_dllm_v2 import FastDLLMv2Model
-from framework.models.arch.llada2 import LLaDA2MoeModel
-from framework.models.arch.sdar import SDARModel
-from framework.models.own import OwnArchitectureDenoiser
+from adaptive_decoding.framework.models.arch.fast_dllm_v2 import FastDLLMv2Model
+from adaptive_decoding.framework.models.arch.llada2 import LLaDA2MoeModel
+from adaptive_decoding.framework.models.arch.sdar import SDARModel
+from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
-#: the default ``--arch``: LLaDA-8B's architecture with a configurable body (:func:`framework.profiling.profile_model`)
+#: the default ``--arch``: LLaDA-8B's architecture with a configurable body (:func:`adaptive_decoding.framework.profiling.profile_model`)
 FULL_ARCH = "llada"
 
 

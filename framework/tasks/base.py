@@ -4,7 +4,7 @@ registry.
 A task is one class, and everything else reads its declarations from it: its vocabulary
 (:attr:`Task.vocabulary`), the recipe of the tiny denoiser trained on it (:attr:`Task.recipe`, a
 :class:`Recipe`), the built-in model of that name (:attr:`Task.model_name`, listed in
-``framework.models.zoo.MODELS``) and the attention structure such a denoiser may use
+``adaptive_decoding.framework.models.zoo.MODELS``) and the attention structure such a denoiser may use
 (:attr:`Task.attention_structure`). Registering it (``@TASKS.register("name")``) is the only other step.
 """
 
@@ -15,10 +15,10 @@ import random
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Iterator, Optional, Sequence
 
-from framework.core.options import SPLITS  # noqa: F401  (re-exported: tasks name their splits here)
-from framework.core.params import Configurable, Param
-from framework.core.registry import Registry, package_modules
-from framework.tasks.vocab import TaskTokenizer, tokenizer_for
+from adaptive_decoding.framework.core.options import SPLITS  # noqa: F401  (re-exported: tasks name their splits here)
+from adaptive_decoding.framework.core.params import Configurable, Param
+from adaptive_decoding.framework.core.registry import Registry, package_modules
+from adaptive_decoding.framework.tasks.vocab import TaskTokenizer, tokenizer_for
 
 #: cumulative bucket bounds (out of 1000) of the train / validation / test splits
 _SPLIT_BOUNDS = {"train": (0, 800), "validation": (800, 900), "test": (900, 1000)}
@@ -27,7 +27,7 @@ _SPLIT_BOUNDS = {"train": (0, 800), "validation": (800, 900), "test": (900, 1000
 @dataclass(frozen=True)
 class Recipe:
     """How the tiny denoiser of a task is trained by default (every field can be overridden by
-    ``framework.training.masked_diffusion.train_denoiser``): architecture preset ``size``, the step
+    ``adaptive_decoding.framework.training.masked_diffusion.train_denoiser``): architecture preset ``size``, the step
     and wall-time budgets, AdamW's ``lr`` / ``weight_decay`` / ``warmup_steps``, the smallest masking
     probability ``eps``, the data sizes and how many test problems measure the saved model."""
 
@@ -61,14 +61,14 @@ class Example:
 class Task(Configurable):
     """Base of every task. Subclasses implement :meth:`_sample` and the length properties.
 
-    A task is a :class:`~framework.core.params.Configurable`: its size knobs (``digits``, ``max_blanks``)
+    A task is a :class:`~adaptive_decoding.framework.core.params.Configurable`: its size knobs (``digits``, ``max_blanks``)
     are validated keyword parameters, so ``get_task("addition", digits=4)`` is a different task.
     """
 
     params: ClassVar[dict[str, Param]] = {}
     #: what :meth:`score` measures, one line for ``adec list tasks``
     metric: ClassVar[str] = "exact match"
-    #: every token string, index = id (specials first, see :func:`framework.tasks.vocab.make_vocabulary`);
+    #: every token string, index = id (specials first, see :func:`adaptive_decoding.framework.tasks.vocab.make_vocabulary`);
     #: ``None`` for a task that overrides :attr:`tokenizer` (its own tokenizer, or the model's)
     vocabulary: ClassVar[Optional[tuple[str, ...]]] = None
     #: the default training recipe of its tiny denoiser; ``None``: :class:`Recipe` defaults
@@ -112,7 +112,7 @@ class Task(Configurable):
     @property
     def attention_structure(self) -> Optional[dict]:
         """Where the cells of a structured canvas lie, for a denoiser whose attention follows it
-        (:mod:`framework.models.structure`); ``None`` (default): full bidirectional attention."""
+        (:mod:`adaptive_decoding.framework.models.structure`); ``None`` (default): full bidirectional attention."""
         return None
 
     @property
@@ -201,7 +201,7 @@ class Task(Configurable):
     def span_mask(self, example: Example, gen_length: int) -> Optional[list[bool]]:
         """The generation positions (of ``gen_length``) that form spans of this example's answer, known
         from the prompt alone (``number_guard``'s ``rule=meta`` commits one position per span and step);
-        ``None``: the task marks none. :meth:`framework.engine.context.DecodeContext.for_batch` reads it."""
+        ``None``: the task marks none. :meth:`adaptive_decoding.framework.engine.context.DecodeContext.for_batch` reads it."""
         return None
 
     def score(self, example: Example, output_text: str) -> float:
@@ -231,7 +231,7 @@ class Task(Configurable):
 
     def designed_answers(self, example: Example) -> tuple[str, str]:
         """An output :meth:`score` must give 1.0 and one it must give 0.0 (for the conformance
-        suite, :mod:`framework.testing.task_conformance`). Default: the exact answer, and the answer
+        suite, :mod:`adaptive_decoding.framework.testing.task_conformance`). Default: the exact answer, and the answer
         with its first token replaced by the next vocabulary token of the same kind (digit by digit,
         word by word, symbol by symbol). A task whose scorer is not exact match overrides it."""
         tok = self.tokenizer
@@ -254,9 +254,9 @@ def fold_whitespace(text: str) -> str:
 
 #: the modules whose decorators register the built-in tasks (imported on first lookup): every
 #: module of the package but the contract, found by scanning it
-#: (:func:`framework.core.registry.package_modules`), so a new task file registers itself without
+#: (:func:`adaptive_decoding.framework.core.registry.package_modules`), so a new task file registers itself without
 #: being listed anywhere
-BUILTIN_TASK_MODULES = tuple(f"framework.tasks.{m}" for m in package_modules("framework.tasks", skip=("base",)))
+BUILTIN_TASK_MODULES = tuple(f"adaptive_decoding.framework.tasks.{m}" for m in package_modules("adaptive_decoding.framework.tasks", skip=("base",)))
 
 TASKS: Registry[Task] = Registry("task", base=Task, entry_point_group="adaptive_decoding.tasks",
                                  builtin_modules=BUILTIN_TASK_MODULES)

@@ -1,10 +1,10 @@
 """The ``data`` task: your own data (a JSONL / JSON / CSV / Parquet file, or a dataset in the local
-Hugging Face cache) as a benchmark task, scored by a metric of :data:`framework.tasks.metrics.METRICS`.
+Hugging Face cache) as a benchmark task, scored by a metric of :data:`adaptive_decoding.framework.tasks.metrics.METRICS`.
 
 Rows are read with Hugging Face ``datasets`` (``load_dataset("json", data_files=...)``), offline:
 a dataset named by ``dataset=`` must already be in the local cache (nothing is downloaded; a missing
 one fails with the command that fetches it on a machine with network). A row becomes an
-:class:`~framework.tasks.base.Example`:
+:class:`~adaptive_decoding.framework.tasks.base.Example`:
 
 * ``prompt``: the row's ``prompt`` column, or ``template`` formatted over the row
   (``"Question: {question}\\nAnswer:"``), after ``few_shot`` solved examples (each ``prompt +
@@ -36,9 +36,9 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
 
-from framework.core.measure import first_stop
-from framework.core.params import Param, ParameterError
-from framework.tasks.base import SPLITS, TASKS, Example, Task
+from adaptive_decoding.framework.core.measure import first_stop
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.tasks.base import SPLITS, TASKS, Example, Task
 
 #: file suffixes and the ``datasets`` builder that reads them
 BUILDERS: dict[str, str] = {".jsonl": "json", ".json": "json", ".csv": "csv", ".parquet": "parquet"}
@@ -164,7 +164,7 @@ def read_cached_dataset(dataset: str, config: Optional[str]) -> dict[str, tuple[
 class DataTask(Task):
     """Your own data (JSONL / JSON / CSV / Parquet, or a cached HF dataset) scored by a named metric."""
 
-    metric = "the metric parameter: a name in framework.tasks.metrics.METRICS (default exact)"
+    metric = "the metric parameter: a name in adaptive_decoding.framework.tasks.metrics.METRICS (default exact)"
     params = {
         "path": Param(str, nullable=True, doc="one data file (.jsonl .json .csv .parquet), split 80/10/10 by hash"),
         "train": Param(str, nullable=True, doc="the train split's file"),
@@ -379,16 +379,16 @@ class DataTask(Task):
     @property
     def tokenizer(self) -> Any:
         raise DataTaskError("the data task has no vocabulary of its own: its prompts are tokenized by the model's "
-                            "tokenizer (loaded.tokenizer), as framework.engine.evaluate does")
+                            "tokenizer (loaded.tokenizer), as adaptive_decoding.framework.engine.evaluate does")
 
     def model_chat(self) -> Optional[bool]:
         """What ``chat`` asks of the model loader: ``None`` = the tokenizer's own choice (auto)."""
         return None if self.chat == "auto" else bool(self.chat)
 
     def scorer(self) -> Any:
-        """The metric (:func:`framework.tasks.metrics.get_metric` with ``metric_params``)."""
-        from framework.core.registry import UnknownNameError
-        from framework.tasks.metrics import get_metric
+        """The metric (:func:`adaptive_decoding.framework.tasks.metrics.get_metric` with ``metric_params``)."""
+        from adaptive_decoding.framework.core.registry import UnknownNameError
+        from adaptive_decoding.framework.tasks.metrics import get_metric
 
         try:
             return get_metric(self.metric, **(self.metric_params or {}))

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Optional
 
-from framework.core.params import Param, ParameterError
-from framework.tasks.base import TASKS, Example, Task
-from framework.tasks.data import cut_at_stops, offline_datasets
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.tasks.base import TASKS, Example, Task
+from adaptive_decoding.framework.tasks.data import cut_at_stops, offline_datasets
 
 
 class LmEvalTaskError(ParameterError):

@@ -8,9 +8,9 @@ import random
 from types import SimpleNamespace
 from typing import Optional, Sequence
 
-from framework.core.params import Param, ParameterError
-from framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
-from framework.tasks.vocab import VOCAB
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
+from adaptive_decoding.framework.tasks.vocab import VOCAB
 
 # ====================================================================== pairs
 #: group word -> its three two-word phrases; within a group no first or second word repeats, so a

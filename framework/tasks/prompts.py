@@ -4,7 +4,7 @@ A line is an object with
 
 * ``"prompt"``: str, required, not empty or blank;
 * ``"id"``: str, optional, not empty, unique in the file (default: a hash of the prompt and the
-  settings, computed by :mod:`framework.jobs`);
+  settings, computed by :mod:`adaptive_decoding.framework.jobs`);
 * ``"params"``: object, optional: per-item overrides of decoding options and controller parameters
   (the same keys as ``--set``; checked against the controller by the job before any work starts);
 * ``"meta"``: object, optional: copied unchanged into the output row.
@@ -23,7 +23,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from framework.core.params import ParameterError
+from adaptive_decoding.framework.core.params import ParameterError
 
 FIELDS = ("id", "prompt", "params", "meta")
 ON_ERROR = ("skip", "refuse")

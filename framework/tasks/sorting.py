@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import random
 
-from framework.core.params import Param, ParameterError
-from framework.tasks.base import TASKS, Recipe, Task
-from framework.tasks.vocab import VOCAB
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.tasks.base import TASKS, Recipe, Task
+from adaptive_decoding.framework.tasks.vocab import VOCAB
 
 
 # ====================================================================== sorting

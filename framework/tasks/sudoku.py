@@ -7,10 +7,10 @@ import itertools
 import random
 from functools import lru_cache
 
-from framework.core.params import Param, ParameterError
-from framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
-from framework.tasks.sudoku9_solver import grid_units
-from framework.tasks.vocab import VOCAB
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
+from adaptive_decoding.framework.tasks.sudoku9_solver import grid_units
+from adaptive_decoding.framework.tasks.vocab import VOCAB
 
 
 # ====================================================================== sudoku

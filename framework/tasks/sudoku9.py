@@ -22,10 +22,18 @@ from __future__ import annotations
 import random
 from typing import Optional, Sequence
 
-from framework.core.params import Param, ParameterError
-from framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
-from framework.tasks.sudoku9_solver import CELLS, GRADES, carve, grade, is_valid_solution, random_grid, solve
-from framework.tasks.vocab import VOCAB
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
+from adaptive_decoding.framework.tasks.sudoku9_solver import (
+    CELLS,
+    GRADES,
+    carve,
+    grade,
+    is_valid_solution,
+    random_grid,
+    solve,
+)
+from adaptive_decoding.framework.tasks.vocab import VOCAB
 
 #: givens of the training puzzles (uniform), wide enough to cover every test variant
 TRAIN_GIVENS: tuple[int, int] = (17, 50)
@@ -79,7 +87,7 @@ class Sudoku9Task(Task):
     @property
     def attention_structure(self) -> Optional[dict]:
         """Where the cells lie on the canvas, for a denoiser whose attention is restricted to a
-        cell's row, column and box (:mod:`framework.models.structure`)."""
+        cell's row, column and box (:mod:`adaptive_decoding.framework.models.structure`)."""
         return {"kind": "sudoku", "size": 9, "offsets": [0, CELLS + 1]}
 
     @staticmethod

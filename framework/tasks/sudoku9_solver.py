@@ -1,4 +1,4 @@
-"""9×9 Sudoku arithmetic for :mod:`framework.tasks.sudoku9`: a bitmask solver that counts
+"""9×9 Sudoku arithmetic for :mod:`adaptive_decoding.framework.tasks.sudoku9`: a bitmask solver that counts
 solutions (uniqueness), random full grids, puzzle carving and a difficulty grade.
 
 A grid is a tuple of 81 ints in row-major order, 0 for an empty cell, 1–9 for a digit.

@@ -20,9 +20,9 @@ The ``text`` task: a window of a paragraph that starts at a word; the prompt is 
 then ``[EOS]``). Free text has no single right continuation, so the task's own score is ``1 − r₂``
 with r₂ the fraction of repeated word bigrams of the continuation (a degenerate "is is is" scores
 0); experiments judge it by the generative perplexity and the repetition metrics of
-:mod:`experiments.metrics`. Decoding is semi-autoregressive by default (blocks of 8 characters).
+:mod:`adaptive_decoding.experiments.metrics`. Decoding is semi-autoregressive by default (blocks of 8 characters).
 
-The tiny denoiser (``tiny-text``) is trained by :func:`framework.training.train_denoiser`, the same
+The tiny denoiser (``tiny-text``) is trained by :func:`adaptive_decoding.framework.training.train_denoiser`, the same
 Lightning module as the task models, and loaded by :func:`load_text_model`.
 """
 
@@ -37,8 +37,8 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from framework.core.params import Param
-from framework.tasks.base import TASKS, Example, Task
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.tasks.base import TASKS, Example, Task
 
 SOURCES: tuple[str, ...] = ("python-docs", "sklearn-descr")
 SPECIALS: tuple[str, ...] = ("[PAD]", "[MASK]", "[EOS]", "[UNK]")
@@ -123,7 +123,7 @@ def corpus_fingerprint(sources: tuple[str, ...] = SOURCES) -> str:
 
 # ====================================================================== tokenizer
 class TextTokenizer:
-    """Character-level tokenizer of the corpus (follows :class:`framework.models.protocol.Tokenizer`).
+    """Character-level tokenizer of the corpus (follows :class:`adaptive_decoding.framework.models.protocol.Tokenizer`).
 
     Character level, as text8 in MDLM / SEDD: a corpus of a few hundred thousand characters gives
     a tiny model dense statistics, where a word vocabulary would leave most words seen a handful of

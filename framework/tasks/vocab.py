@@ -76,7 +76,7 @@ def check_vocabulary(vocab: Sequence[str]) -> None:
 
 
 class TaskTokenizer:
-    """Tokenizer of a task vocabulary (follows :class:`framework.models.protocol.Tokenizer`).
+    """Tokenizer of a task vocabulary (follows :class:`adaptive_decoding.framework.models.protocol.Tokenizer`).
 
     Args:
         vocab: every token string, index = id (default :data:`VOCAB`, the built-in tasks' one);

@@ -17,9 +17,9 @@ import time
 import torch
 from torch import nn
 
-from framework.models.protocol import LoadedModel
-from framework.tasks.base import get_task
-from framework.tasks.vocab import get_tokenizer
+from adaptive_decoding.framework.models.protocol import LoadedModel
+from adaptive_decoding.framework.tasks.base import get_task
+from adaptive_decoding.framework.tasks.vocab import get_tokenizer
 
 P_EASY, P_AFTER, P_WRONG, P_RIGHT_WHEN_WRONG = 0.97, 0.90, 0.55, 0.40
 

@@ -2,7 +2,7 @@
 
 A plugin author runs it on their controller, registered or not::
 
-    from framework.testing.conformance import check_controller
+    from adaptive_decoding.framework.testing.conformance import check_controller
     check_controller("my_controller")          # a registered name, or the class itself
 
 or, in pytest, one test per check (readable ids, one failure per broken contract)::
@@ -12,13 +12,13 @@ or, in pytest, one test per check (readable ids, one failure per broken contract
         check(MyController)
 
 The checks (:func:`controller_checks` yields them in this order), all on small toy denoisers from
-:mod:`framework.testing`:
+:mod:`adaptive_decoding.framework.testing`:
 
 ``implements``            no abstract method of ``Controller`` left undefined (``decide``); a class
                           that nests controllers (``ControllerSpec`` parameters) is a
-                          ``Composite`` (:mod:`framework.engine.nesting`), the one nesting mechanism, and a
+                          ``Composite`` (:mod:`adaptive_decoding.framework.engine.nesting`), the one nesting mechanism, and a
                           Composite nests some; ``reference_param`` names one of its parameters.
-``params_declared``       every ``__init__`` keyword has a :class:`~framework.core.params.Param` and vice
+``params_declared``       every ``__init__`` keyword has a :class:`~adaptive_decoding.framework.core.params.Param` and vice
                           versa, values are stored as given, the defaults validate, a docstring.
 ``param_validation``      for each bounded (or categorical, or boolean) Param, an out-of-range value
                           is accepted by ``__init__`` (no logic there) and refused by ``validate`` /
@@ -27,7 +27,7 @@ The checks (:func:`controller_checks` yields them in this order), all on small t
 ``search_space``          every declared Optuna range lies inside the Param's bounds and its
                           endpoints (or choices) build.
 ``get_params_round_trip`` ``cls(**c.get_params())`` equals ``c``, also after decoding.
-``save_load_round_trip``  :func:`framework.engine.controller_io.save_controller` then ``load_controller``
+``save_load_round_trip``  :func:`adaptive_decoding.framework.engine.controller_io.save_controller` then ``load_controller``
                           gives an equal controller that decodes identically (needs a registered name).
 ``decision_fields``       Decision shapes and dtypes (commit ``[B, L]`` bool, tokens ``[B, L]`` valid
                           ids, k ``[B, L]`` ≥ 1 and 1 outside eligible, depth ``[B]`` ≥ 0,
@@ -79,10 +79,10 @@ from typing import Any, Iterator, Optional, Sequence
 
 import torch
 
-from framework.core.params import ControllerSpec, ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.nesting import Composite
-from framework.testing.controller_harness import (
+from adaptive_decoding.framework.core.params import ControllerSpec, ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.nesting import Composite
+from adaptive_decoding.framework.testing.controller_harness import (
     PROMPTS,
     SEEDS,
     Check,
@@ -106,16 +106,16 @@ from framework.testing.controller_harness import (
 # ---------------------------------------------------------------------- the contract
 def check_implements(cls_or_name: Any) -> None:
     """The class implements what a controller must, and nests others only the one way: no abstract
-    method of :class:`~framework.engine.controller.Controller` left undefined (``decide``); a class
-    with :class:`~framework.core.params.ControllerSpec` parameters is a
-    :class:`~framework.engine.nesting.Composite` (the one nesting mechanism, one memory rule), and a
+    method of :class:`~adaptive_decoding.framework.engine.controller.Controller` left undefined (``decide``); a class
+    with :class:`~adaptive_decoding.framework.core.params.ControllerSpec` parameters is a
+    :class:`~adaptive_decoding.framework.engine.nesting.Composite` (the one nesting mechanism, one memory rule), and a
     Composite declares one; ``reference_param``, when set, names one of its parameters."""
     cls = resolve_controller(cls_or_name)
     if inspect.isabstract(cls):
         fail_check(f"does not implement {', '.join(sorted(cls.__abstractmethods__))} (abstract in Controller)")
     specs = [n for n, p in cls.params.items() if isinstance(p, ControllerSpec)]
     if specs and not issubclass(cls, Composite):
-        fail_check(f"parameters {specs} nest controllers, but the class is not a Composite (framework.engine.nesting); "
+        fail_check(f"parameters {specs} nest controllers, but the class is not a Composite (adaptive_decoding.framework.engine.nesting); "
                    f"subclass Composite (or Wrapper, for one inner controller) so the nested controllers are "
                    f"built, validated and kept in memory the one way")
     if issubclass(cls, Composite) and not specs:
@@ -234,7 +234,7 @@ def check_save_load_round_trip(cls_or_name: Any) -> None:
     """save_controller -> load_controller gives an equal controller that decodes identically."""
     import yaml
 
-    from framework.engine.controller_io import (
+    from adaptive_decoding.framework.engine.controller_io import (
         load_controller,
         load_decode_config,
         save_controller,
@@ -307,7 +307,7 @@ def check_determinism(cls_or_name: Any) -> None:
             if not (torch.equal(r.generated, r0.generated) and torch.equal(r.nfe, r0.nfe) and same_steps):
                 fail_check(f"with {config!r} and the same seeds, {label} decided differently: "
                       f"{r.generated.tolist()} (nfe {r.nfe.tolist()}) vs {r0.generated.tolist()} "
-                      f"(nfe {r0.nfe.tolist()}); draw randomness from state.seeds (framework.core.rng) and reset "
+                      f"(nfe {r0.nfe.tolist()}); draw randomness from state.seeds (adaptive_decoding.framework.core.rng) and reset "
                       f"all run state in reset()")
     c = make_controller(cls)
     stochastic = bool(getattr(c, "stochastic", False))
@@ -399,7 +399,7 @@ def _shadow_model() -> Any:
     """A 2-layer tiny transformer (random weights) with WINO's shadow block and a real KV cache; its head
     is scaled so predictions are peaked: several drafts a step, some of which fail verification (WINO
     re-masks under greedy decoding with every cache mode)."""
-    from framework.models.tiny import TinyConfig, TinyDenoiser
+    from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
 
     torch.manual_seed(0)
     cfg = TinyConfig(vocab_size=16, mask_token_id=15, pad_token_id=0, eos_token_id=14, max_len=24, d_model=16,
@@ -436,7 +436,7 @@ def check_shadow_verification(cls_or_name: Any) -> None:
 
 def check_block_causal_canvas(cls_or_name: Any) -> None:
     """On a block-causal canvas: batch invariance, progress, and ``cache='block'`` equal to ``'none'``."""
-    from framework.testing.toys import BlockCausalToy
+    from adaptive_decoding.framework.testing.toys import BlockCausalToy
 
     cls = resolve_controller(cls_or_name)
     model = BlockCausalToy(context_toy(), block_size=3)

@@ -9,14 +9,20 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.core.params import Param
-from framework.engine.config import LAYOUT_CACHE_MODES, DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller import CONTROLLERS, Controller, Decision, DecodeState, stay_limit_of
-from framework.engine.denoise import supports_cache
-from framework.engine.features import StepFeatures
-from framework.engine.loop import DecodeResult, decode
-from framework.engine.reference import with_reference
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.config import LAYOUT_CACHE_MODES, DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller import (
+    CONTROLLERS,
+    Controller,
+    Decision,
+    DecodeState,
+    stay_limit_of,
+)
+from adaptive_decoding.framework.engine.denoise import supports_cache
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.loop import DecodeResult, decode
+from adaptive_decoding.framework.engine.reference import with_reference
 
 G = 8
 #: the characters of the harness tokenizer (digits first, so number_guard finds digit tokens)
@@ -61,13 +67,13 @@ def fail_check(msg: str) -> None:
 
 
 def context_toy() -> Any:
-    from framework.testing.toys import ContextToyDenoiser
+    from adaptive_decoding.framework.testing.toys import ContextToyDenoiser
 
     return ContextToyDenoiser(vocab_size=16)
 
 
 def flat_toys() -> list[tuple[str, Any, list[list[int]]]]:
-    from framework.testing.toys import ToyDenoiser
+    from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
     answer = [3, 1, 4, 1, 5, 9, 2, 6][:G]
     confident = ToyDenoiser(answer, [0.99] * G, vocab_size=16, prompt_length=2)
@@ -194,7 +200,7 @@ def harness_context(model: Any, prompts: Sequence[Sequence[int]]) -> DecodeConte
     """The full decode context of a harness run (:meth:`DecodeContext.for_batch`), as every workflow
     gives one: a character tokenizer over the toy's ``vocab_size`` (digits first, then letters; its
     last three ids the specials), the prompts as its text."""
-    from framework.testing.toys import CharTokenizer
+    from adaptive_decoding.framework.testing.toys import CharTokenizer
 
     tok = CharTokenizer(alphabet=HARNESS_CHARS[: max(1, int(model.vocab_size) - 3)])
     return DecodeContext.for_batch(tok, [tok.decode(list(p), stop_at_eos=False) for p in prompts])
@@ -203,7 +209,7 @@ def harness_context(model: Any, prompts: Sequence[Sequence[int]]) -> DecodeConte
 def _cached(model: Any, config: DecodeConfig) -> Any:
     """``model``, served through a visible cache when ``config`` has one and a plain toy has none."""
     if config.cache != "none" and not supports_cache(model):
-        from framework.testing.toys import CachedToy
+        from adaptive_decoding.framework.testing.toys import CachedToy
 
         return CachedToy(model)
     return model
@@ -212,7 +218,7 @@ def _cached(model: Any, config: DecodeConfig) -> Any:
 def harness_configs(block_length: Optional[int] = None,
                     caches: Sequence[str] = LAYOUT_CACHE_MODES["full"]) -> list[DecodeConfig]:
     """Greedy and sampled decoding, under every KV-cache mode of a full-attention model (the toys are
-    served through :class:`framework.testing.toys.CachedToy` when a cache is on)."""
+    served through :class:`adaptive_decoding.framework.testing.toys.CachedToy` when a cache is on)."""
     return [DecodeConfig(gen_length=G, block_length=block_length, cache=cache, temperature=temperature)
             for cache in caches for temperature in (0.0, 0.8)]
 

@@ -1,8 +1,8 @@
-"""One conformance suite for every scorer (the counterpart of :mod:`framework.testing.conformance`).
+"""One conformance suite for every scorer (the counterpart of :mod:`adaptive_decoding.framework.testing.conformance`).
 
 A plugin author runs it on their scorer, registered or not::
 
-    from framework.testing.scorer_conformance import check_scorer
+    from adaptive_decoding.framework.testing.scorer_conformance import check_scorer
     check_scorer("my_scorer")                      # a registered name, or the class itself
 
 The checks (:func:`scorer_checks` yields them in this order), on a fixed batch of hand-made
@@ -10,7 +10,7 @@ candidates (:func:`conformance_batch`: character-level texts, ragged prompts, pa
 recorded log-probabilities, a tiny causal LM in ``context.resources``):
 
 ``implements``         no abstract method of ``Scorer`` left undefined (``_score``).
-``params_declared``    every ``__init__`` keyword has a :class:`~framework.core.params.Param` and vice
+``params_declared``    every ``__init__`` keyword has a :class:`~adaptive_decoding.framework.core.params.Param` and vice
                        versa, values are stored as given, the defaults validate, a docstring.
 ``param_validation``   an out-of-range / unknown-choice / non-boolean value of each Param is refused
                        by ``build`` with a :class:`ParameterError` naming the parameter; an unknown
@@ -38,9 +38,9 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from framework.core.params import Param, ParameterError
-from framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
-from framework.testing.toys import CharTokenizer
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.engine.scorer import SCORERS, Candidates, Scorer, ScoringContext
+from adaptive_decoding.framework.testing.toys import CharTokenizer
 
 TEXTS = (
     "a 256GB laptop, the cheapest",
@@ -86,7 +86,7 @@ def _batch(cls: type) -> tuple[Candidates, ScoringContext]:
 
 def conformance_batch() -> tuple[Candidates, ScoringContext]:
     """The fixed candidates and context every check uses (see the module docstring)."""
-    from framework.training.causal_lm import CausalConfig, CausalLM
+    from adaptive_decoding.framework.training.causal_lm import CausalConfig, CausalLM
 
     tok = CharTokenizer()
     g = max(len(t) for t in TEXTS) + 2
@@ -181,7 +181,7 @@ def check_param_validation(cls_or_name: Any) -> None:
 
 
 def check_implements(cls_or_name: Any) -> None:
-    """No abstract method of :class:`~framework.engine.scorer.Scorer` is left undefined (``_score``)."""
+    """No abstract method of :class:`~adaptive_decoding.framework.engine.scorer.Scorer` is left undefined (``_score``)."""
     cls = _resolve(cls_or_name)
     if inspect.isabstract(cls):
         _fail(f"{cls.display_name()}: does not implement {', '.join(sorted(cls.__abstractmethods__))} "

@@ -1,14 +1,14 @@
-"""One conformance suite for every task (the counterpart of :mod:`framework.testing.conformance`).
+"""One conformance suite for every task (the counterpart of :mod:`adaptive_decoding.framework.testing.conformance`).
 
 A plugin author runs it on their task, registered or not::
 
-    from framework.testing.task_conformance import check_task
+    from adaptive_decoding.framework.testing.task_conformance import check_task
     check_task("my_task")                   # a registered name, a Task class or an instance
 
 The checks (:func:`task_checks` yields them in this order), on ``n`` examples of each split:
 
 ``declarations``   ``gen_length`` and ``max_prompt_length`` are positive integers, ``recipe`` is a
-                   :class:`~framework.tasks.base.Recipe` or ``None``, ``attention_structure`` a dict
+                   :class:`~adaptive_decoding.framework.tasks.base.Recipe` or ``None``, ``attention_structure`` a dict
                    or ``None``, and a declared ``vocabulary`` is the tokenizer's.
 ``deterministic``  ``examples(split, n, seed)`` gives the same examples twice, and from a fresh
                    instance built with the same parameters.
@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import Callable, Iterator, Union
 
-from framework.tasks.base import SPLITS, TASKS, Example, Recipe, Task, get_task
+from adaptive_decoding.framework.tasks.base import SPLITS, TASKS, Example, Recipe, Task, get_task
 
 TaskLike = Union[str, type, Task]
 

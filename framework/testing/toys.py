@@ -1,6 +1,6 @@
 """Toy denoisers with designed answers and confidences, for exact tests of commit decisions.
 
-Importable by third-party plugin authors too: ``framework.testing.conformance`` runs its checks on these.
+Importable by third-party plugin authors too: ``adaptive_decoding.framework.testing.conformance`` runs its checks on these.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ class ContextToyDenoiser(nn.Module):
         self.calls = 0
 
     def forward(self, input_ids: torch.Tensor, attention_mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        from framework.core.rng import GOLDEN_GAMMA, mix64, shift_right_logical
+        from adaptive_decoding.framework.core.rng import GOLDEN_GAMMA, mix64, shift_right_logical
 
         self.calls += 1
         b, seq_len = input_ids.shape
@@ -256,7 +256,7 @@ class JointDenoiser(nn.Module):
 
 
 class CharTokenizer:
-    """A character-level tokenizer for scorer tests (follows :class:`framework.models.protocol.Tokenizer`).
+    """A character-level tokenizer for scorer tests (follows :class:`adaptive_decoding.framework.models.protocol.Tokenizer`).
 
     Ids follow the toy denoisers' convention: one id per character of ``alphabet`` (``0..n−1``),
     then ``[PAD]`` = n, ``[EOS]`` = n+1, ``[MASK]`` = n+2 (= ``vocab_size − 1``), so
@@ -312,7 +312,7 @@ class TokenCache:
 
 class CachedToy(nn.Module):
     """Any plain toy denoiser served through the windowed, cached call of the engine
-    (:mod:`framework.engine.denoise`), with a cache whose staleness is visible.
+    (:mod:`adaptive_decoding.framework.engine.denoise`), with a cache whose staleness is visible.
 
     A refresh shows the model the whole canvas and keeps it as the cache; a cached step writes the
     query columns' current tokens into that kept canvas and shows the model the result. So with
@@ -345,7 +345,7 @@ class CachedToy(nn.Module):
             r, c = valid.nonzero(as_tuple=True)
             cache.tokens[r, query_cols[r, c]] = x[r, query_cols[r, c]]
             seen = cache.tokens
-        from framework.engine.denoise import gather_columns
+        from adaptive_decoding.framework.engine.denoise import gather_columns
 
         return gather_columns(self.model(seen, attention_mask=attention_mask), out_cols), cache
 

@@ -2,7 +2,7 @@
 
 Adaptive parallel decoding with an autoregressive verifier (APD, Israel et al. 2025) checks the
 tokens a diffusion model proposes in parallel with a small left-to-right model. Here the causal LM
-is trained on the same task data as the denoisers (:class:`framework.training.data.TaskDataModule`), on
+is trained on the same task data as the denoisers (:class:`adaptive_decoding.framework.training.data.TaskDataModule`), on
 ``prompt + answer + [EOS]`` sequences, with next-token cross-entropy on the answer slot:
 
     L = − (1/|r|) Σ_{i ∈ r} log q_φ(x_i | x̃_{<i})
@@ -33,8 +33,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from framework.core.options import RunLogging
-from framework.training.options import CAUSAL_RECIPE, CausalOptions
+from adaptive_decoding.framework.core.options import RunLogging
+from adaptive_decoding.framework.training.options import CAUSAL_RECIPE, CausalOptions
 
 FORMAT = "adaptive-decoding.causal-lm"
 FORMAT_VERSION = 1
@@ -127,7 +127,7 @@ class CausalLMModule(pl.LightningModule):
                  warmup_steps: int = 100, max_steps: int = 1500, max_seconds: Optional[float] = None,
                  corrupt: float = 0.5) -> None:
         super().__init__()
-        from framework.tasks.base import get_task
+        from adaptive_decoding.framework.tasks.base import get_task
 
         self.save_hyperparameters()
         self.task = get_task(task, **(task_params or {}))
@@ -218,16 +218,16 @@ def ar_exact_match(model: CausalLM, task: Any, examples: Sequence[Any]) -> float
 def train_causal_lm(task: Any, options: Optional[CausalOptions] = None, **flat: Any) -> CausalTrainResult:
     """Train the verifier LM on ``task`` (a name or a Task), measure it, save it as a folder.
 
-    ``options``: :class:`~framework.training.options.CausalOptions` (default every default): ``recipe``
+    ``options``: :class:`~adaptive_decoding.framework.training.options.CausalOptions` (default every default): ``recipe``
     (:data:`RECIPE`'s keys: ``d_model``, ``batch_size``, ``lr``, ``corrupt``, ``val_size``, ``n_test``,
     the budgets ``max_steps`` and ``max_minutes`` ...), ``run`` (``out_dir``, ``seed``, ``num_threads``:
     torch CPU threads, one is fastest on a shared machine) and ``logging`` (``wandb_mode``: offline,
     online or disabled; ``progress``; ``run_config``). ``flat``: any of those fields by name, replacing
     ``options``' (``None`` keeps the default).
     """
-    from framework.models.saved import default_cache_dir
-    from framework.tasks.base import Task, get_task
-    from framework.training.data import TaskDataModule
+    from adaptive_decoding.framework.models.saved import default_cache_dir
+    from adaptive_decoding.framework.tasks.base import Task, get_task
+    from adaptive_decoding.framework.training.data import TaskDataModule
 
     opts = CausalOptions.with_flat(options, {k: v for k, v in flat.items() if v is not None})
     r, run = opts.recipe.get_params(), opts.run
@@ -318,7 +318,7 @@ def save_causal_lm(folder: "str | os.PathLike", lm: CausalLM, *, task: Any, reci
 
 def load_causal_lm_folder(folder: "str | os.PathLike", device: str = "cpu") -> CausalLM:
     """Load a folder written by :func:`save_causal_lm` (a missing or foreign file is named)."""
-    from framework.models.saved import CheckpointError
+    from adaptive_decoding.framework.models.saved import CheckpointError
 
     folder = Path(folder)
     cfg_path = folder / "config.json"
@@ -340,7 +340,7 @@ def load_causal_lm_folder(folder: "str | os.PathLike", device: str = "cpu") -> C
 
 
 def causal_lm_dir(task: str) -> Path:
-    from framework.models.saved import default_cache_dir
+    from adaptive_decoding.framework.models.saved import default_cache_dir
 
     return default_cache_dir() / "models" / f"causal-{task}"
 
@@ -351,7 +351,7 @@ _CACHE: dict[tuple[str, str], CausalLM] = {}
 def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True,
                    progress: bool = True) -> CausalLM:
     """The cached verifier LM of a built-in task (trained on first use, then reused; per process too)."""
-    from framework.models.saved import CheckpointError, file_lock
+    from adaptive_decoding.framework.models.saved import CheckpointError, file_lock
 
     key = (task, str(device))
     if key in _CACHE:
@@ -361,7 +361,7 @@ def load_causal_lm(task: str, device: str = "cpu", train_if_missing: bool = True
         if not train_if_missing:
             raise CheckpointError(f"{folder / 'config.json'}: file not found (the causal LM of task "
                                   f"{task!r} is not trained yet; call "
-                                  f"framework.training.causal_lm.train_causal_lm({task!r}) or allow "
+                                  f"adaptive_decoding.framework.training.causal_lm.train_causal_lm({task!r}) or allow "
                                   f"train_if_missing)")
         with file_lock(folder.parent / f".causal-{task}.lock"):
             if not (folder / "config.json").exists():

@@ -1,6 +1,6 @@
 """Lightning data for the built-in tasks: prompt + answer slot as fixed-length tensors.
 
-One row has the layout the decoding loop uses (:func:`framework.engine.loop.layout`)::
+One row has the layout the decoding loop uses (:func:`adaptive_decoding.framework.engine.loop.layout`)::
 
     [prompt (n tokens) | answer + [EOS] padding (G tokens) | [PAD] ... up to task.canvas_length]
 
@@ -11,7 +11,7 @@ so the denoiser sees at training time exactly the canvas it will decode. A batch
 * ``prompt_mask`` bool ``[B, L]``, the prompt (never masked by the forward process);
 * ``answer_mask`` bool ``[B, L]``, the G answer positions (the only ones the loss sees);
 * ``prompt_length`` long ``[B]``;
-* ``examples`` the :class:`framework.tasks.Example` objects (an :class:`ExampleBatch`, for scoring).
+* ``examples`` the :class:`adaptive_decoding.framework.tasks.Example` objects (an :class:`ExampleBatch`, for scoring).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import pytorch_lightning as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
-from framework.tasks.base import Example, Task
+from adaptive_decoding.framework.tasks.base import Example, Task
 
 
 def encode_example(task: Task, example: Example, length: Optional[int] = None) -> dict[str, torch.Tensor]:
@@ -115,7 +115,7 @@ class TaskDataModule(pl.LightningDataModule):
     """Training stream and validation set of one task.
 
     Args:
-        task: a :class:`framework.tasks.Task`.
+        task: a :class:`adaptive_decoding.framework.tasks.Task`.
         batch_size: rows per training batch.
         train_size: ``None`` = an endless stream of fresh problems (the default: never the same
             problem twice, for tasks with a large problem space); an int = that many distinct

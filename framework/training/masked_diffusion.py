@@ -14,7 +14,7 @@ Optimiser: AdamW with linear warm-up and a cosine decay whose progress is
 or the wall-time budget binds first (the run stops when either is spent).
 
 Validation and test: exact match with one-token-per-step decoding (the ``sequential``
-controller of :mod:`controllers.baselines` through :func:`framework.engine.loop.decode`).
+controller of :mod:`adaptive_decoding.controllers.baselines` through :func:`adaptive_decoding.framework.engine.loop.decode`).
 """
 
 from __future__ import annotations
@@ -33,18 +33,18 @@ import pytorch_lightning as pl
 import torch
 import torch.nn.functional as F
 
-from framework.core.options import RunLogging
+from adaptive_decoding.framework.core.options import RunLogging
 
 #: architecture presets (``--size``); a dict of :class:`TinyConfig` fields is accepted too
-from framework.models.tiny import MODEL_SIZES, TinyConfig, TinyDenoiser
-from framework.tasks.base import Example, Recipe, Task, get_task, recipe_for  # noqa: F401 - Recipe, recipe_for re-exported
-from framework.training.data import TaskDataModule
-from framework.training.options import DenoiserOptions
+from adaptive_decoding.framework.models.tiny import MODEL_SIZES, TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.tasks.base import Example, Recipe, Task, get_task, recipe_for  # noqa: F401 - Recipe, recipe_for re-exported
+from adaptive_decoding.framework.training.data import TaskDataModule
+from adaptive_decoding.framework.training.options import DenoiserOptions
 
 
 def __getattr__(name: str) -> Any:
     if name == "RECIPES":  # the per-task defaults, now declared on each task class
-        from framework.tasks.base import TASKS
+        from adaptive_decoding.framework.tasks.base import TASKS
 
         return {n: TASKS.get(n).recipe for n in TASKS.names() if TASKS.get(n).recipe is not None}
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -91,10 +91,10 @@ def exact_match(
     controller: str = "sequential",
 ) -> float:
     """Exact-match accuracy (``task.score``) of ``denoiser`` decoding one token per step."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.context import DecodeContext
-    from framework.engine.controller_io import build_controller
-    from framework.engine.loop import decode
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.context import DecodeContext
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.loop import decode
 
     if not examples:
         return float("nan")
@@ -270,7 +270,7 @@ def train_denoiser(task: "str | Task", options: Optional[DenoiserOptions] = None
 
     Args:
         task: a registered task name or a :class:`Task` instance.
-        options: :class:`~framework.training.options.DenoiserOptions` (default every default):
+        options: :class:`~adaptive_decoding.framework.training.options.DenoiserOptions` (default every default):
             ``recipe``, the task's declared ``Task.recipe`` fields to override (``model_size``:
             ``tiny``, ``small``, ``base`` or a dict of :class:`TinyConfig` fields; the budgets
             ``max_minutes`` and ``max_steps``, whichever is spent first ends training; ``lr``,
@@ -281,15 +281,15 @@ def train_denoiser(task: "str | Task", options: Optional[DenoiserOptions] = None
             ``seed`` (weights, data and masking), ``init_from`` (a saved tiny denoiser, folder or
             built-in name, of the same architecture and vocabulary to start from instead of random
             weights; its position table is grown to this task's canvas by repeating its last row,
-            :func:`framework.training.warm_start.warm_start`), the Trainer's ``accelerator`` /
+            :func:`adaptive_decoding.framework.training.warm_start.warm_start`), the Trainer's ``accelerator`` /
             ``devices`` and torch's ``num_threads`` (default :func:`auto_threads`: the idle cores);
             ``logging``: ``wandb_mode`` (``offline``, ``online`` or ``disabled``: no W&B logger at
             all), ``progress`` (the progress bar and the model summary), ``run_config`` (more W&B config).
         flat: any field of those groups by name (``max_steps=20, out_dir=..., wandb_mode="disabled"``),
-            replacing ``options``' (:meth:`~framework.core.options.OptionGroups.with_flat`); ``None``
+            replacing ``options``' (:meth:`~adaptive_decoding.framework.core.options.OptionGroups.with_flat`); ``None``
             keeps the default.
     """
-    from framework.models.saved import default_cache_dir
+    from adaptive_decoding.framework.models.saved import default_cache_dir
 
     t_begin = time.perf_counter()
     opts = DenoiserOptions.with_flat(options, {k: v for k, v in flat.items() if v is not None})
@@ -321,11 +321,11 @@ def train_denoiser(task: "str | Task", options: Optional[DenoiserOptions] = None
 
 def _warm_start_from(module: "MaskedDiffusionLM", init_from: "str | os.PathLike") -> str:
     """Load the trained tiny denoiser ``init_from`` names (a folder or built-in name) and copy its
-    weights into ``module``'s (:func:`framework.training.warm_start.warm_start`, which names every
+    weights into ``module``'s (:func:`adaptive_decoding.framework.training.warm_start.warm_start`, which names every
     architecture field that differs); returns what the metrics record, ``NAME (+N positions)``."""
-    from framework.models.saved import CheckpointError
-    from framework.models.zoo import load_model
-    from framework.training.warm_start import warm_start
+    from adaptive_decoding.framework.models.saved import CheckpointError
+    from adaptive_decoding.framework.models.zoo import load_model
+    from adaptive_decoding.framework.training.warm_start import warm_start
 
     source = load_model(str(init_from), train_if_missing=False)
     if not isinstance(source.denoiser, TinyDenoiser):
@@ -403,7 +403,7 @@ def _test_and_save(out: Path, module: MaskedDiffusionLM, trainer: pl.Trainer, ta
                    seed: int, wandb_logger: Any, *, train_seconds: float, t_begin: float,
                    init_from: Optional[str] = None) -> TrainResult:
     """Measure test exact match one token per step, save the folder, close the W&B run."""
-    from framework.models.saved import save_pretrained
+    from adaptive_decoding.framework.models.saved import save_pretrained
 
     denoiser = module.denoiser.cpu().eval()
     val_acc = trainer.callback_metrics.get("val/exact_match")

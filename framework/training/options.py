@@ -1,11 +1,11 @@
 """The options of training a denoiser or the causal verifier LM, grouped by concern
-(:mod:`framework.core.options`):
+(:mod:`adaptive_decoding.framework.core.options`):
 
-* :class:`DenoiserOptions` of :func:`framework.training.masked_diffusion.train_denoiser`: ``recipe``
-  (:class:`DenoiserRecipe`: the task's :class:`~framework.tasks.base.Recipe` fields to override, null =
+* :class:`DenoiserOptions` of :func:`adaptive_decoding.framework.training.masked_diffusion.train_denoiser`: ``recipe``
+  (:class:`DenoiserRecipe`: the task's :class:`~adaptive_decoding.framework.tasks.base.Recipe` fields to override, null =
   the task's), ``run`` (:class:`DenoiserRun`: the output folder, the seed, the weights to start from,
-  the Trainer's devices, torch threads) and ``logging`` (:class:`~framework.core.options.ProgressLogging`);
-* :class:`CausalOptions` of :func:`framework.training.causal_lm.train_causal_lm`: ``recipe``
+  the Trainer's devices, torch threads) and ``logging`` (:class:`~adaptive_decoding.framework.core.options.ProgressLogging`);
+* :class:`CausalOptions` of :func:`adaptive_decoding.framework.training.causal_lm.train_causal_lm`: ``recipe``
   (:class:`CausalRecipe`, the verifier's recipe), ``run`` (:class:`TrainingRun`) and ``logging``.
 
 Both entry points also take the groups' fields as flat keywords (``train_denoiser("reverse",
@@ -18,8 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional
 
-from framework.core.options import OptionGroups, Options, PathParam, ProgressLogging
-from framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.core.options import OptionGroups, Options, PathParam, ProgressLogging
+from adaptive_decoding.framework.core.params import Param, ParameterError
 
 #: the causal verifier's recipe: small and quick (a verifier need not be strong to catch incoherent rollouts)
 CAUSAL_RECIPE: dict[str, Any] = dict(
@@ -74,9 +74,9 @@ def _nullable(kind: Any, doc: str, **bounds: Any) -> Param:
 
 @dataclass(repr=False, eq=False)
 class DenoiserRecipe(Options):
-    """Fields of the task's :class:`~framework.tasks.base.Recipe` to override (null keeps the task's):
+    """Fields of the task's :class:`~adaptive_decoding.framework.tasks.base.Recipe` to override (null keeps the task's):
     the architecture preset ``model_size`` (``tiny``, ``small``, ``base`` or a mapping of
-    :class:`~framework.models.tiny.TinyConfig` fields), the budgets (whichever is spent first ends
+    :class:`~adaptive_decoding.framework.models.tiny.TinyConfig` fields), the budgets (whichever is spent first ends
     training), AdamW, the smallest masking probability ε, the data sizes and the test problems."""
 
     section = "recipe"
@@ -109,7 +109,7 @@ class DenoiserRecipe(Options):
     n_test: Optional[int] = None
 
     def check_combination(self) -> None:
-        from framework.models.tiny import MODEL_SIZES
+        from adaptive_decoding.framework.models.tiny import MODEL_SIZES
 
         size = self.model_size
         if size is not None and not isinstance(size, Mapping) and size not in MODEL_SIZES:
@@ -117,13 +117,13 @@ class DenoiserRecipe(Options):
                                  f"{', '.join(MODEL_SIZES)} or a mapping of TinyConfig fields")
 
     def overrides(self) -> dict[str, Any]:
-        """The :class:`~framework.tasks.base.Recipe` fields set (``model_size`` as ``size``)."""
+        """The :class:`~adaptive_decoding.framework.tasks.base.Recipe` fields set (``model_size`` as ``size``)."""
         return {("size" if k == "model_size" else k): v for k, v in self.get_params().items() if v is not None}
 
 
 @dataclass(repr=False, eq=False)
 class DenoiserOptions(OptionGroups):
-    """Every option of :func:`framework.training.masked_diffusion.train_denoiser`, by concern."""
+    """Every option of :func:`adaptive_decoding.framework.training.masked_diffusion.train_denoiser`, by concern."""
 
     recipe: DenoiserRecipe = field(default_factory=DenoiserRecipe)
     run: DenoiserRun = field(default_factory=DenoiserRun)
@@ -173,7 +173,7 @@ class CausalRecipe(Options):
 
 @dataclass(repr=False, eq=False)
 class CausalOptions(OptionGroups):
-    """Every option of :func:`framework.training.causal_lm.train_causal_lm`, by concern."""
+    """Every option of :func:`adaptive_decoding.framework.training.causal_lm.train_causal_lm`, by concern."""
 
     recipe: CausalRecipe = field(default_factory=CausalRecipe)
     run: TrainingRun = field(default_factory=TrainingRun)

@@ -1,5 +1,5 @@
 """Training the ``tiny-text`` denoiser on the bundled English corpus. Its folder is loaded by
-:func:`framework.models.zoo.load_text_folder` (re-exported here with :func:`load_text_model` and
+:func:`adaptive_decoding.framework.models.zoo.load_text_folder` (re-exported here with :func:`load_text_model` and
 :func:`text_model_dir`)."""
 
 from __future__ import annotations
@@ -10,20 +10,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from framework.models.saved import file_lock
-from framework.models.zoo import load_text_folder, load_text_model, text_model_dir  # noqa: F401 - re-exported
-from framework.tasks.text import SOURCES, TEXT_MODEL, TextTask, corpus_fingerprint
+from adaptive_decoding.framework.models.saved import file_lock
+from adaptive_decoding.framework.models.zoo import load_text_folder, load_text_model, text_model_dir  # noqa: F401 - re-exported
+from adaptive_decoding.framework.tasks.text import SOURCES, TEXT_MODEL, TextTask, corpus_fingerprint
 
 
 def train_text_model(out_dir: "str | os.PathLike", *, max_minutes: float = 10.0, max_steps: int = 6000,
                      model_size: Any = "small", seed: int = 0, progress: bool = True,
                      wandb_mode: str = "disabled", **overrides: Any) -> Path:
-    """Train ``tiny-text`` with :class:`framework.training.MaskedDiffusionLM`; write ``text.json`` too.
+    """Train ``tiny-text`` with :class:`adaptive_decoding.framework.training.MaskedDiffusionLM`; write ``text.json`` too.
 
     ``text.json`` records the tokenizer vocabulary and the corpus fingerprint, which
     :func:`load_text_model` checks (a different Python version ships different docs).
     """
-    from framework.training.masked_diffusion import train_denoiser
+    from adaptive_decoding.framework.training.masked_diffusion import train_denoiser
 
     task = TextTask()
     overrides.setdefault("n_test", 200)
@@ -40,7 +40,7 @@ def train_text_model(out_dir: "str | os.PathLike", *, max_minutes: float = 10.0,
 
 
 def train_missing_text_model(name: str, folder: Path, progress: bool) -> None:
-    """Train ``tiny-text`` into ``folder`` (the builder :func:`framework.models.zoo.load_text_model`
+    """Train ``tiny-text`` into ``folder`` (the builder :func:`adaptive_decoding.framework.models.zoo.load_text_model`
     calls when it is missing), staged and moved in under a file lock."""
     with file_lock(folder.parent / f".{TEXT_MODEL}.lock"):
         if (folder / "text.json").is_file():  # another process finished it meanwhile

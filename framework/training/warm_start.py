@@ -1,6 +1,6 @@
 """Warm-starting a tiny denoiser from a trained one: same architecture, possibly a longer canvas.
 
-A :class:`~framework.models.tiny.TinyDenoiser` has learned absolute positions (``pos``, one row per
+A :class:`~adaptive_decoding.framework.models.tiny.TinyDenoiser` has learned absolute positions (``pos``, one row per
 canvas position), so a model trained at generation length G cannot decode at 2G. Training the longer
 model from scratch repeats what the shorter one already knows; :func:`warm_start` copies every weight
 and grows the position table by repeating its last row (the position that, in a task padded with
@@ -13,8 +13,8 @@ from dataclasses import asdict
 
 import torch
 
-from framework.models.saved import CheckpointError
-from framework.models.tiny import TinyDenoiser
+from adaptive_decoding.framework.models.saved import CheckpointError
+from adaptive_decoding.framework.models.tiny import TinyDenoiser
 
 #: TinyConfig fields that may differ between the source and the warm-started model
 RESIZABLE = ("max_len", "dropout")

@@ -1,10 +1,10 @@
 """The training layer's part in loading built-in models: it trains a missing one.
 
-Names, folders and loading live in :mod:`framework.models.zoo` (:func:`load_model`, :data:`MODELS`);
-importing this module (or anything in ``framework.training``) registers
-:func:`train_missing_builtin` and :func:`framework.training.text_model.train_missing_text_model` as
+Names, folders and loading live in :mod:`adaptive_decoding.framework.models.zoo` (:func:`load_model`, :data:`MODELS`);
+importing this module (or anything in ``adaptive_decoding.framework.training``) registers
+:func:`train_missing_builtin` and :func:`adaptive_decoding.framework.training.text_model.train_missing_text_model` as
 the builders :func:`load_model` calls for a missing built-in model when ``train_if_missing``. The
-names below are re-exported so ``framework.training.zoo.load_model`` keeps working.
+names below are re-exported so ``adaptive_decoding.framework.training.zoo.load_model`` keeps working.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import os
 import sys
 from pathlib import Path
 
-from framework.models.saved import CONFIG_FILE, CheckpointError, file_lock
-from framework.models.zoo import (  # noqa: F401 - re-exported
+from adaptive_decoding.framework.models.saved import CONFIG_FILE, CheckpointError, file_lock
+from adaptive_decoding.framework.models.zoo import (  # noqa: F401 - re-exported
     MODELS,
     PACKAGED_WEIGHTS,
     ModelSpec,
@@ -29,7 +29,7 @@ from framework.models.zoo import (  # noqa: F401 - re-exported
 def train_missing_builtin(name: str, folder: Path, progress: bool) -> None:
     """Train the built-in model ``name`` on its task's recipe into ``folder`` (staged in a sibling
     folder and moved in at the end, under a file lock so two processes do not train it at once)."""
-    from framework.training.masked_diffusion import train_denoiser
+    from adaptive_decoding.framework.training.masked_diffusion import train_denoiser
 
     spec: ModelSpec = MODELS.get(name)
     with file_lock(folder.parent / f".{name}.lock"):
@@ -54,7 +54,7 @@ def train_missing_builtin(name: str, folder: Path, progress: bool) -> None:
 
 
 def _register() -> None:
-    from framework.training.text_model import train_missing_text_model
+    from adaptive_decoding.framework.training.text_model import train_missing_text_model
 
     register_missing_builder("denoiser", train_missing_builtin)
     register_missing_builder("text", train_missing_text_model)

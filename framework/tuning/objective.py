@@ -13,14 +13,14 @@ from typing import Any, Callable, Optional, Sequence
 
 import torch
 
-from framework.core.measure import tokens_per_forward
-from framework.core.params import ParameterError
-from framework.core.rng import stable_seed
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import CONTROLLERS, Controller
-from framework.models.protocol import LoadedModel
-from framework.tuning.space import suggest, tuned_space, with_point
-from framework.tuning.storage import open_storage
+from adaptive_decoding.framework.core.measure import tokens_per_forward
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.core.rng import stable_seed
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller
+from adaptive_decoding.framework.models.protocol import LoadedModel
+from adaptive_decoding.framework.tuning.space import suggest, tuned_space, with_point
+from adaptive_decoding.framework.tuning.storage import open_storage
 
 REFERENCE = "sequential"
 SETUP_KEYS = ("controller", "task", "task_params", "fixed", "decode", "n_val", "data_seed", "model")
@@ -48,8 +48,8 @@ class Scored:
 def score_examples(loaded: LoadedModel, task: Any, controller: Controller, config: DecodeConfig,
                    examples: Sequence[Any], batch_size: int = 64) -> Scored:
     """Per-example score (``task.score``: exact match, or the task's metric), NFE and answer tokens
-    (same seeds as :func:`framework.engine.evaluate.evaluate`)."""
-    from framework.engine.evaluate import answer_token_counts, decode_texts
+    (same seeds as :func:`adaptive_decoding.framework.engine.evaluate.evaluate`)."""
+    from adaptive_decoding.framework.engine.evaluate import answer_token_counts, decode_texts
 
     if not examples:
         return Scored([], [], [])
@@ -96,11 +96,11 @@ class TuneSettings:
 
 
 def _load(settings: TuneSettings, loaded: Optional[LoadedModel] = None) -> tuple[LoadedModel, Any, DecodeConfig]:
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.base import get_task
 
     task = get_task(settings.task, **settings.task_params)
     if loaded is None and isinstance(settings.model, str):
-        from framework.training.zoo import load_model_for_task
+        from adaptive_decoding.framework.training.zoo import load_model_for_task
 
         options = {**(settings.model_options or {}), "device": settings.device, "train_if_missing": False}
         loaded, _ = load_model_for_task(task, settings.model, **options)

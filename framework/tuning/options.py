@@ -1,5 +1,5 @@
-"""The options of :func:`framework.tuning.study.tune_controller`, grouped by concern
-(:mod:`framework.core.options`): ``search`` (what is searched and for how long: trials, sampler seed,
+"""The options of :func:`adaptive_decoding.framework.tuning.study.tune_controller`, grouped by concern
+(:mod:`adaptive_decoding.framework.core.options`): ``search`` (what is searched and for how long: trials, sampler seed,
 fixed parameters, ranges, pruning), ``evaluation`` (how a point is scored: validation and test sizes,
 the decoding options, the accuracy the chosen point may lose), ``study`` (where the trials live and
 who runs them: storage, study name, workers) and ``output`` (the exported YAML's folder, the plot).
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from framework.core.options import OptionGroups, Options
-from framework.core.params import MappingParam, Param
+from adaptive_decoding.framework.core.options import OptionGroups, Options
+from adaptive_decoding.framework.core.params import MappingParam, Param
 
 DEFAULT_OUT = Path("runs") / "tune"
 MP_CONTEXTS = ("spawn", "fork", "forkserver")
@@ -51,7 +51,7 @@ class TuneSearch(Options):
 class TuneEvaluation(Options):
     """How a point is scored: ``n_val`` validation examples per trial (drawn with ``data_seed``),
     ``n_test`` test examples for the reported figures, ``batch_size`` prompts per decode call, the
-    :class:`~framework.engine.config.DecodeConfig` options ``decode`` (default: the task's lengths),
+    :class:`~adaptive_decoding.framework.engine.config.DecodeConfig` options ``decode`` (default: the task's lengths),
     and ``max_drop``, the validation accuracy the chosen point may lose against sequential."""
 
     section = "evaluation"
@@ -75,7 +75,7 @@ class TuneEvaluation(Options):
 @dataclass(repr=False, eq=False)
 class TuneStudy(Options):
     """Where the trials live and who runs them: ``storage`` (a spec string, see
-    :mod:`framework.tuning.storage`, or an Optuna storage object; null = SQLite
+    :mod:`adaptive_decoding.framework.tuning.storage`, or an Optuna storage object; null = SQLite
     ``<out_dir>/<study>.db``), ``study_name`` (null = ``<controller>-<task>-<model>``), ``workers``
     processes sharing it, started by ``mp_context``."""
 
@@ -115,7 +115,7 @@ class TuneOutput(Options):
 
 @dataclass(repr=False, eq=False)
 class TuneOptions(OptionGroups):
-    """Every option of :func:`framework.tuning.study.tune_controller`, by concern."""
+    """Every option of :func:`adaptive_decoding.framework.tuning.study.tune_controller`, by concern."""
 
     search: TuneSearch = field(default_factory=TuneSearch)
     evaluation: TuneEvaluation = field(default_factory=TuneEvaluation)

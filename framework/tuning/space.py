@@ -7,13 +7,13 @@ import dataclasses
 import inspect
 from typing import Any, Optional
 
-from framework.core.params import ControllerSpec, Param, ParameterError, with_value
-from framework.engine.controller import Controller
+from adaptive_decoding.framework.core.params import ControllerSpec, Param, ParameterError, with_value
+from adaptive_decoding.framework.engine.controller import Controller
 
 
 # ---------------------------------------------------------------------- search space
 def _registered(name: str) -> Optional[type[Controller]]:
-    from framework.engine.controller import CONTROLLERS
+    from adaptive_decoding.framework.engine.controller import CONTROLLERS
 
     if not isinstance(name, str) or name.startswith("tuned:") or name not in CONTROLLERS:
         return None  # a tuned file's parameters are its own; an unknown name fails when the owner is built

@@ -9,7 +9,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from framework.core.params import ParameterError
+from adaptive_decoding.framework.core.params import ParameterError
 
 
 # ---------------------------------------------------------------------- storage

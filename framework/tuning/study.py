@@ -2,7 +2,7 @@
 
 A study has two objectives on the **validation** split of a task: f₁ = accuracy, the mean of the
 task's own score (exact match; the ``data`` task's metric; an lm-eval task's headline figure) (maximise) and f₂ = mean NFE per sample (minimise). The space is the controller's
-``search_space()`` (every :class:`~framework.core.params.Param` with ``tune=``): a 2-tuple of numbers on
+``search_space()`` (every :class:`~adaptive_decoding.framework.core.params.Param` with ``tune=``): a 2-tuple of numbers on
 an ``int``/``float`` parameter is a range (``log=True`` samples it on a log scale), anything else
 is a set of choices. Parameters fixed with ``fixed=`` (``--set``) are taken out of the space.
 
@@ -27,7 +27,7 @@ refuses to continue with a different one.
 Workers: ``workers=N`` runs N processes (this one and N − 1 spawned) that share the storage, each
 calling ``study.optimize`` (Optuna's own recipe for parallel optimisation; no scheduler of ours).
 
-Invalid points (a :class:`~framework.core.params.ParameterError` while building or decoding, e.g.
+Invalid points (a :class:`~adaptive_decoding.framework.core.params.ParameterError` while building or decoding, e.g.
 LLaDA ``steps`` that is not a multiple of the block count) are pruned with the message kept in
 the trial's ``invalid`` user attribute.
 
@@ -40,7 +40,7 @@ Choice rule: among complete trials, the fewest mean NFE whose validation accurac
 reference's (``sequential`` on the same validation examples) minus ``max_drop`` (ties: higher
 accuracy, then lower trial number). If no trial gets there, the most accurate one is chosen and
 ``met_target`` is false. The chosen point is always on the Pareto front. It is exported with
-:func:`framework.engine.controller_io.save_controller` to ``<out_dir>/<study>.yaml``, which
+:func:`adaptive_decoding.framework.engine.controller_io.save_controller` to ``<out_dir>/<study>.yaml``, which
 ``--controller tuned:PATH`` loads; its figures and the reference's are then measured on the
 **test** split and reported next to the validation ones.
 """
@@ -54,13 +54,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import CONTROLLERS
-from framework.engine.controller_io import build_controller
-from framework.models.protocol import LoadedModel
-from framework.tuning.front import choose_trial, format_front, pareto_front, plot_front
-from framework.tuning.objective import (
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import CONTROLLERS
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.models.protocol import LoadedModel
+from adaptive_decoding.framework.tuning.front import choose_trial, format_front, pareto_front, plot_front
+from adaptive_decoding.framework.tuning.objective import (
     REFERENCE,
     SETUP_KEYS,
     TuneSettings,
@@ -70,9 +70,9 @@ from framework.tuning.objective import (
     run_worker,
     score_examples,
 )
-from framework.tuning.options import TuneOptions
-from framework.tuning.space import default_point, tuned_space, with_point
-from framework.tuning.storage import open_storage, redact_url, storage_forms
+from adaptive_decoding.framework.tuning.options import TuneOptions
+from adaptive_decoding.framework.tuning.space import default_point, tuned_space, with_point
+from adaptive_decoding.framework.tuning.storage import open_storage, redact_url, storage_forms
 
 
 # ---------------------------------------------------------------------- the whole run
@@ -116,13 +116,13 @@ def tune_controller(controller: str, task: str, options: Optional[TuneOptions] =
     Args:
         controller: a registered controller name with a declared search space.
         task: a registered task name (``task_params`` for its size knobs).
-        options: :class:`~framework.tuning.options.TuneOptions` (default every default): ``search``
+        options: :class:`~adaptive_decoding.framework.tuning.options.TuneOptions` (default every default): ``search``
             (trials, sampler seed, fixed parameters, ranges, pruning), ``evaluation`` (validation and
             test sizes, decoding options, ``max_drop``), ``study`` (storage, name, workers),
             ``output`` (folder, plot).
         model: model name or folder (default ``tiny-<task>``); or pass ``loaded`` directly (it is
             pickled to spawned workers).
-        model_options: more :func:`framework.models.zoo.load_model` options for ``model`` (``dtype``,
+        model_options: more :func:`adaptive_decoding.framework.models.zoo.load_model` options for ``model`` (``dtype``,
             ``trust_remote_code``, ``query_chunk``, ``chat``), also used by spawned workers; the
             model is loaded on ``device``.
 
@@ -180,11 +180,11 @@ def _load_setup(task: str, task_params: Optional[dict], model: Optional[str], lo
                 options: dict, decode: Optional[dict]) -> tuple[Any, LoadedModel, str, DecodeConfig]:
     """The task, the model (the task's built-in one by default) loaded with ``options``, its label and
     the decoding config."""
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.base import get_task
 
     task_obj = get_task(task, **(task_params or {}))
     if loaded is None:
-        from framework.training.zoo import load_model_for_task
+        from adaptive_decoding.framework.training.zoo import load_model_for_task
 
         loaded, model = load_model_for_task(task_obj, model, **options)
     dec = {"gen_length": task_obj.gen_length, "block_length": task_obj.default_block_length, **(decode or {})}
@@ -246,7 +246,7 @@ def _choose_and_export(run: _Study, ran: int) -> TuneResult:
     plot_path = plot_front(study, chosen, reference, max_drop, run.out / f"{run.name}_pareto.png",
                            title=f"{settings.controller} on {run.task.name} ({run.model_label})"
                            ) if run.opts.output.plot else None
-    from framework.engine.controller_io import save_controller
+    from adaptive_decoding.framework.engine.controller_io import save_controller
 
     storage = redact_url(run.storage_spec) if isinstance(run.storage_spec, str) else "object"
     path = save_controller(ctrl, run.out / f"{run.name}.yaml", decode_config=run.config, extra={
@@ -273,7 +273,7 @@ def _choose_and_export(run: _Study, ran: int) -> TuneResult:
 def _test_figures(loaded: LoadedModel, task_obj: Any, ctrl: Any, config: DecodeConfig, n_test: int,
                   settings: TuneSettings) -> tuple[dict, dict]:
     """The chosen controller's and the reference's figures on ``n_test`` test examples ({} for 0)."""
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     if not n_test:
         return {}, {}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from framework.cli.bench import reading
+from adaptive_decoding.framework.cli.bench import reading
 
 
 def _row(name: str, kind: str, acc: float, tpf: float, nfe: float | None = None) -> dict:
@@ -36,9 +36,9 @@ def test_reading_without_a_match_or_a_reference():
 def test_the_newcomer_suite_builds_on_sudoku9_with_its_packaged_policy_and_lookahead():
     """Every row of the main job's suite builds for the default task: the packaged learned policy
     loads by name and the rules-verifier lookahead validates (no decoding here)."""
-    from experiments.strategies import NEWCOMER
-    from framework.cli.bench import _lookahead
-    from framework.engine.controller_io import build_controller
+    from adaptive_decoding.experiments.strategies import NEWCOMER
+    from adaptive_decoding.framework.cli.bench import _lookahead
+    from adaptive_decoding.framework.engine.controller_io import build_controller
 
     rows = [s for s in NEWCOMER if s.applies_to("sudoku9")]
     kinds = set()
@@ -57,7 +57,7 @@ def test_the_newcomer_suite_builds_on_sudoku9_with_its_packaged_policy_and_looka
 
 
 def test_bench_writes_the_accuracy_against_tokens_per_forward_plot(tmp_path, capsys):
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     png = tmp_path / "bench.png"
     assert main(["bench", "--controller", "sequential", "--controller", "fast_dllm:threshold=0.9",

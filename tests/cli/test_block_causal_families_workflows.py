@@ -30,7 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from framework.cli.main import main
+from adaptive_decoding.framework.cli.main import main
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # read when datasets is imported: the jsonl files are local
 
@@ -130,10 +130,10 @@ def family(request, tmp_path_factory):
     """One family's folder (sharpened, with its tokenizer), its loaded model, train (8) / validation (4) /
     test (4) JSONL files whose answers are one-token-per-step decodes (every fourth one wrong), the data
     task's parameters and their ``--task-param`` flags."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import decode_texts
-    from framework.models.zoo import load_model
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import decode_texts
+    from adaptive_decoding.framework.models.zoo import load_model
 
     name, spec = request.param, FAMILIES[request.param]
     fam = _module(ROOT / "tests" / "fixtures" / "real_format" / "families.py", "_adec_real_format_families")
@@ -156,14 +156,14 @@ def family(request, tmp_path_factory):
 
 
 def _task(fx):
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.base import get_task
 
     return get_task("data", **fx["params"])
 
 
 def _evaluate(fx, ctrl, **cfg):
-    from framework.engine.config import DecodeConfig
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     return evaluate(fx["loaded"], _task(fx), ctrl, DecodeConfig(gen_length=G, block_length=fx["spec"].block_length,
                                                                 **cfg), n=4)
@@ -172,7 +172,7 @@ def _evaluate(fx, ctrl, **cfg):
 @pytest.fixture
 def no_forward(family, monkeypatch):
     """Any forward of the family's network fails the test: what must fail before any work does."""
-    from framework.models import arch
+    from adaptive_decoding.framework.models import arch
 
     def boom(self, *a, **k):
         raise AssertionError("the model ran a forward")
@@ -242,7 +242,7 @@ def test_bench_on_the_data_task_scores_and_caches(family, tmp_path):
     """Three controllers over the data task: the one-token-per-step row scores exactly 3/4 in G
     forwards, the family's rule fewer; the rule's row is the engine's; the family's cache changes
     nothing where it is exact (block-causal) and no forward count of a fixed-step rule (LLaDA-MoE)."""
-    from framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.controller_io import build_controller
 
     spec, rule = family["spec"], family["spec"].rule_label()
     rows = {}
@@ -298,7 +298,7 @@ def test_task_workflows_refuse_a_block_length_before_any_forward(family, no_forw
 def test_run_sweeps_the_familys_rule_and_reports_its_aup(family, tmp_path):
     """``adec run``: one token per step, the family's rule swept over its knob, and the rule with the
     family's cache; then ``adec report``: a curve and an AUP per strategy."""
-    from framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.controller_io import build_controller
 
     spec = family["spec"]
     (knob, values), = spec.sweep.items()
@@ -333,7 +333,7 @@ def test_run_sweeps_the_familys_rule_and_reports_its_aup(family, tmp_path):
 
 # ------------------------------------------------------------------------------------------- adec tune
 def test_tune_exports_a_point_inside_the_range_that_decodes(family, tmp_path):
-    from framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.controller_io import build_controller
 
     spec = family["spec"]
     knob, _, span = spec.tune_range.partition("=")
@@ -354,7 +354,7 @@ def test_tune_exports_a_point_inside_the_range_that_decodes(family, tmp_path):
 
 # ------------------------------------------------------------------------------ adec train-controller
 def test_train_controller_trains_a_policy_that_decodes_the_family(family, tmp_path):
-    from framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.controller_io import build_controller
 
     spec = family["spec"]
     out = tmp_path / "policy"
@@ -392,10 +392,10 @@ def test_lm_eval_generate_until_equals_decode_with_either_cache(family, lm_eval_
     import lm_eval
     import lm_eval.tasks
 
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import decode_texts
-    from framework.integrations import lm_eval_model  # noqa: F401  (registers lm-eval's "adec" model)
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import decode_texts
+    from adaptive_decoding.framework.integrations import lm_eval_model  # noqa: F401  (registers lm-eval's "adec" model)
 
     spec = family["spec"]
     rule_args = ",".join(f"{k}={v}" for k, v in spec.params.items())
@@ -430,8 +430,8 @@ def test_lm_eval_generate_until_equals_decode_with_either_cache(family, lm_eval_
 @pytest.mark.parametrize("which", [0, 1])
 def test_lm_eval_model_refuses_what_the_model_refuses_when_built(family, no_forward, which):
     pytest.importorskip("lm_eval")
-    from framework.core.params import ParameterError
-    from framework.integrations.lm_eval_model import AdecLM
+    from adaptive_decoding.framework.core.params import ParameterError
+    from adaptive_decoding.framework.integrations.lm_eval_model import AdecLM
 
     sets, _, allowed = family["spec"].refusals[which]
     args = {k: (int(v) if v.isdigit() else v) for k, v in (s.split("=") for s in sets)}

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from framework.cli.main import main
+from adaptive_decoding.framework.cli.main import main
 
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # read when datasets is imported: the jsonl files are local
 
@@ -63,9 +63,9 @@ def _write(path: Path, rows: list[dict]) -> Path:
 
 def _answered(loaded, questions: list[str]) -> list[dict]:
     """Rows whose answer is the one-token-per-step decode of the question, every fourth one wrong."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import decode_texts
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import decode_texts
 
     texts, _, _ = decode_texts(loaded, questions, build_controller("sequential"), DecodeConfig(**GEN))
     return [{"question": q, "answer": t if i % 4 != 3 else "no such answer"}
@@ -76,7 +76,7 @@ def _answered(loaded, questions: list[str]) -> list[dict]:
 def l2(tmp_path_factory):
     """The LLaDA2-format folder, its loaded model, train (8) / validation (4) / test (4) JSONL files
     answered by :func:`_answered`, the data task's parameters and their ``--task-param`` flags."""
-    from framework.models.zoo import load_model
+    from adaptive_decoding.framework.models.zoo import load_model
 
     tmp = tmp_path_factory.mktemp("llada2-workflows")
     fx = _module(ROOT / "tests" / "fixtures" / "real_format" / "tokenizers.py", "_adec_tok_llada2_workflows")
@@ -94,15 +94,15 @@ def l2(tmp_path_factory):
 
 
 def _task(l2, **over):
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.base import get_task
 
     return get_task("data", **{**l2["params"], **over})
 
 
 def _evaluate(l2, controller: str, n: int = 4, **cfg):
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     name, _, rest = controller.partition(":")
     params = dict(kv.split("=") for kv in rest.split(",") if kv)
@@ -113,7 +113,7 @@ def _evaluate(l2, controller: str, n: int = 4, **cfg):
 @pytest.fixture
 def no_forward(monkeypatch):
     """Any forward of the LLaDA2-MoE network fails the test: what must fail before any work does."""
-    from framework.models.arch import LLaDA2MoeModel
+    from adaptive_decoding.framework.models.arch import LLaDA2MoeModel
 
     def boom(self, *a, **k):
         raise AssertionError("the model ran a forward")
@@ -136,9 +136,9 @@ def test_decode_llada2_cache_block_equals_none_and_the_engine(l2, capsys):
     threshold rule acts); and what ``decode()`` writes for the same ids from Python."""
     import torch
 
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.loop import decode
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.loop import decode
 
     base = ["--model", l2["folder"], "--device", "cpu", "--dtype", "float32", "--controller", "llada2",
             "--set", "threshold=0.5", "--set", "gen_length=10", *[a for p in PROMPTS for a in ("--prompt", p)]]
@@ -285,9 +285,9 @@ def test_run_sweeps_llada2_and_reports_its_aup(l2, tmp_path):
 
 # ------------------------------------------------------------------------------------------- adec tune
 def test_tune_llada2_exports_a_point_inside_the_range_that_decodes(l2, tmp_path):
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     out = tmp_path / "tune"
     assert main(["tune", "--controller", "llada2", "--task", "data", "--model", l2["folder"], "--device", "cpu",
@@ -305,9 +305,9 @@ def test_tune_llada2_exports_a_point_inside_the_range_that_decodes(l2, tmp_path)
 
 # ------------------------------------------------------------------------------ adec train-controller
 def test_train_controller_trains_a_policy_that_decodes_llada2(l2, tmp_path):
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     out = tmp_path / "policy"
     assert main(["train-controller", "--task", "data", "--model", l2["folder"], "--device", "cpu", *l2["args"],
@@ -381,10 +381,10 @@ def test_lm_eval_generate_until_on_llada2_equals_decode_with_either_cache(l2, lm
     import lm_eval
     import lm_eval.tasks
 
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import decode_texts
-    from framework.integrations import lm_eval_model  # noqa: F401  (registers lm-eval's "adec" model)
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import decode_texts
+    from adaptive_decoding.framework.integrations import lm_eval_model  # noqa: F401  (registers lm-eval's "adec" model)
 
     prompts = [json.loads(line)["prompt"] for line in (LM_TASKS / "copy_gen.jsonl").read_text().splitlines()]
     texts, results, _ = decode_texts(l2["loaded"], prompts, build_controller("llada2", threshold=0.5),
@@ -418,8 +418,8 @@ def test_lm_eval_generate_until_on_llada2_equals_decode_with_either_cache(l2, lm
                                          ({"block_length": 8, "gen_length": 16}, "allowed: 4")])
 def test_lm_eval_model_refuses_what_the_block_causal_model_refuses_when_built(l2, args, named):
     pytest.importorskip("lm_eval")
-    from framework.core.params import ParameterError
-    from framework.integrations.lm_eval_model import AdecLM
+    from adaptive_decoding.framework.core.params import ParameterError
+    from adaptive_decoding.framework.integrations.lm_eval_model import AdecLM
 
     with pytest.raises(ParameterError, match=named):
         AdecLM.create_from_arg_obj({"model": l2["loaded"], "controller": "llada2", **args})

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from framework.cli.main import main
+from adaptive_decoding.framework.cli.main import main
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "models"))
 from test_hub import VOCAB, llada_folder  # noqa: E402
@@ -66,7 +66,7 @@ def test_bad_dtype_or_device_fails_before_any_work(command, flag, value, allowed
     def no_work(*a, **k):
         raise AssertionError("a model was loaded")
 
-    monkeypatch.setattr("framework.training.zoo.load_model", no_work)
+    monkeypatch.setattr("adaptive_decoding.framework.training.zoo.load_model", no_work)
     extra = ["--prompt", "x"] if command == "decode" else ["--input", str(tmp_path / "missing.jsonl"),
                                                              "--output", str(tmp_path / "out.jsonl")]
     with pytest.raises(SystemExit) as exit_:
@@ -120,7 +120,7 @@ def test_chat_template_is_applied_by_default_and_skipped_on_request(tmp_path, ca
 
 
 def test_generate_plumbs_the_chat_template_and_options(tmp_path, capsys, monkeypatch):
-    from framework.cli import generate
+    from adaptive_decoding.framework.cli import generate
 
     seen = []
     real = generate.load_model_for

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from framework.cli.main import main
+from adaptive_decoding.framework.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 GEN = dict(gen_length=16, block_length=8)
@@ -44,9 +44,9 @@ def _write(path: Path, rows: list[dict]) -> Path:
 def _answered(loaded, questions: list[str]) -> list[dict]:
     """Rows whose answer is the sequential decode of the question (the data task's template is
     ``{question}``, so the prompt is the question), every fourth one wrong."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import decode_texts
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import decode_texts
 
     texts, _, _ = decode_texts(loaded, questions, build_controller("llada"), DecodeConfig(**GEN))
     return [{"question": q, "answer": t if i % 4 != 3 else "no such answer"}
@@ -57,7 +57,7 @@ def _answered(loaded, questions: list[str]) -> list[dict]:
 def own(request, tmp_path_factory):
     """A real-format checkpoint folder, train (16), validation (8) and test (8) JSONL files answered by
     :func:`_answered`, the data task's parameters and their ``--task-param`` flags."""
-    from framework.models.zoo import load_model
+    from adaptive_decoding.framework.models.zoo import load_model
 
     kind = request.param
     tmp = tmp_path_factory.mktemp(f"own-{kind}")
@@ -77,7 +77,7 @@ def own(request, tmp_path_factory):
 
 
 def _data_task(own):
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.base import get_task
 
     return get_task("data", **own["params"])
 
@@ -106,7 +106,7 @@ def test_tune_on_the_data_task_with_a_range_exports_a_point_inside_it(own, tmp_p
     assert len(exported) == 1
     point = yaml.safe_load(exported[0].read_text())
     assert point["controller"] == "fast_dllm" and 0.5 <= point["params"]["threshold"] <= 0.9
-    from framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.controller_io import build_controller
 
     assert build_controller(f"tuned:{exported[0]}").get_params()["threshold"] == point["params"]["threshold"]
 
@@ -118,9 +118,9 @@ def test_tune_range_outside_the_bounds_fails_before_any_work(own, tmp_path, caps
 
 
 def test_train_controller_on_the_data_task_trains_a_policy_that_decodes(own, tmp_path):
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     out = tmp_path / "policy"
     assert main(["train-controller", "--task", "data", "--model", own["folder"], "--device", "cpu", *own["args"],
@@ -193,8 +193,8 @@ def test_run_tunes_a_strategy_with_a_space_per_task_and_reuses_the_point(own, tm
     ({"trials": 3}, r"strategies\[0\].tune.trials: unknown key"),
 ])
 def test_a_bad_tune_mapping_fails_when_the_file_is_read(tmp_path, tune, message):
-    from experiments.parse import load_experiment
-    from experiments.spec import ExperimentError
+    from adaptive_decoding.experiments.parse import load_experiment
+    from adaptive_decoding.experiments.spec import ExperimentError
 
     exp = tmp_path / "bad.yaml"
     exp.write_text(yaml.safe_dump({"name": "bad", "tasks": ["addition"],

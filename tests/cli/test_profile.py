@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
-from framework import DecodeConfig, build_controller, decode
-from framework.cli.main import main
-from framework.profiling import bare_loop, profile_model, ratios, run_profile
-from framework.profiling.options import ProfileArch, ProfileOptions, ProfileSweep
+from adaptive_decoding.framework import DecodeConfig, build_controller, decode
+from adaptive_decoding.framework.cli.main import main
+from adaptive_decoding.framework.profiling import bare_loop, profile_model, ratios, run_profile
+from adaptive_decoding.framework.profiling.options import ProfileArch, ProfileOptions, ProfileSweep
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +48,7 @@ def test_run_profile_rows_and_ratios(model):
 @pytest.mark.parametrize("cache", ["none", "prefix", "dual"])
 def test_the_verify_loop_pays_no_extra_forward_and_decodes_the_same(model, cache):
     # LLaDA's rule that asks for WINO's verification: the shadow block rides in each step's forward
-    from framework.profiling import _Verifying
+    from adaptive_decoding.framework.profiling import _Verifying
 
     prompts = torch.randint(0, 500, (2, 12), generator=torch.Generator().manual_seed(2)).tolist()
     config = DecodeConfig(gen_length=16, block_length=8, cache=cache)
@@ -99,7 +99,7 @@ def test_cli_refuses_a_bad_cache_mode(capsys):
 
 @pytest.mark.parametrize("cache", ["none", "dual"])
 def test_memory_is_measured_per_step(model, cache):
-    from framework.profiling import _measure
+    from adaptive_decoding.framework.profiling import _measure
 
     prompts = [[5, 6, 7, 8]]
     config = DecodeConfig(gen_length=16, block_length=8, cache=cache)
@@ -134,7 +134,7 @@ def _shape_args(arch):
 @pytest.mark.parametrize("cache", ["none", "block"])
 @pytest.mark.parametrize("arch", sorted(TINY))
 def test_the_bare_loop_decodes_a_block_causal_model_as_decode_does(arch, cache):
-    from framework.profiling.shapes import block_profile_model
+    from adaptive_decoding.framework.profiling.shapes import block_profile_model
 
     model = block_profile_model(arch, 2, overrides=TINY[arch])
     b = model.block_size

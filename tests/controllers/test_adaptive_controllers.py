@@ -14,13 +14,13 @@ import pytest
 import torch
 from torch import nn
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import CONTROLLERS, DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.features import FeatureOptions, StepWindow, compute_features
-from framework.engine.loop import decode
-from framework.testing.toys import ToyDenoiser
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import FeatureOptions, StepWindow, compute_features
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
 V = 32
 

@@ -8,19 +8,19 @@ import textwrap
 import pytest
 import torch
 
-from framework.core.params import ControllerSpec, Param, ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import CONTROLLERS, Controller, Decision
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.engine.selection import select_topk
-from framework.testing.conformance import (
+from adaptive_decoding.framework.core.params import ControllerSpec, Param, ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.testing.conformance import (
     check_controller,
     controller_checks,
     expected_failures,
 )
-from framework.testing.controller_harness import PROMPTS, ConformanceError
-from framework.testing.toys import ContextToyDenoiser
+from adaptive_decoding.framework.testing.controller_harness import PROMPTS, ConformanceError
+from adaptive_decoding.framework.testing.toys import ContextToyDenoiser
 
 
 def _cases():
@@ -177,7 +177,7 @@ class Undecided(Controller):
 
 BROKEN = [
     (Undecided, "implements", "does not implement decide"),
-    (NestsByHand, "implements", "not a Composite (framework.engine.nesting)"),
+    (NestsByHand, "implements", "not a Composite (adaptive_decoding.framework.engine.nesting)"),
     (RefersToNothing, "implements", "reference_param='reference' names no parameter"),
     (BatchLeak, "batch_invariance", "decoded alone gives"),
     (Staller, "progress", "committed none"),
@@ -224,7 +224,7 @@ def test_check_controller_lists_every_failure_and_honours_expected_ones():
 # ---------------------------------------------------------------------- third-party plugins
 PLUGIN = '''
 import torch
-from framework import Controller, Decision, Param, select_topk
+from adaptive_decoding.framework import Controller, Decision, Param, select_topk
 
 
 class AcmeQuantile(Controller):

@@ -17,10 +17,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from controllers.d3llm import D3LLM
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.loop import decode
+from adaptive_decoding.controllers.d3llm import D3LLM
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.loop import decode
 
 V, MASK, EOS, PAD, ORDINARY = 10, 9, 8, 7, 7
 P, G, BLOCK = 2, 16, 4

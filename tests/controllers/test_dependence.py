@@ -7,12 +7,12 @@ import math
 import pytest
 import torch
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.testing.toys import ToyDenoiser
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
 
 def reference_dus_groups(block_length: int, alpha: float) -> list[list[int]]:
@@ -128,7 +128,7 @@ def test_peer_nms_breaks_ties_by_the_lower_cell_and_bad_grids_fail():
     commit = build_controller("peer_nms", threshold=0.99, floor=0.0, grid=4).decide(peer_features(conf), STATE).commit[0]
     # equal everywhere: a tie goes to the lower cell, so a cell is kept only when none of its peers is
     # lower; on a 4×4 grid every cell but 0 has a lower peer
-    from framework.models.structure import sudoku_peers
+    from adaptive_decoding.framework.models.structure import sudoku_peers
 
     peers = sudoku_peers(4) & ~torch.eye(16, dtype=torch.bool)
     expected = [i for i in range(16) if not peers[i, :i].any()]

@@ -22,12 +22,12 @@ import dataclasses
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.features import FeatureOptions, StepWindow, compute_features
-from framework.engine.loop import decode
-from framework.testing.toys import ToyDenoiser
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import FeatureOptions, StepWindow, compute_features
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
 V = 8
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from controllers.heuristic import (
+from adaptive_decoding.controllers.heuristic import (
     ConfidenceLadder,
     EntropyTopK,
     Hybrid,
@@ -13,13 +13,13 @@ from controllers.heuristic import (
     bucket_k,
     pow2_buckets,
 )
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.features import StepFeatures
-from framework.engine.loop import decode
-from framework.testing.toys import ToyDenoiser
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
 
 def feats(eligible, margin=None, entropy=None, top1=None, step=0, block_step=None, progress=None) -> StepFeatures:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import torch
 
-from controllers.baselines import Sequential, end_token_ids
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.testing.toys import ToyDenoiser
+from adaptive_decoding.controllers.baselines import Sequential, end_token_ids
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
 V = 16
 EOS, EOT = V - 2, 12  # ToyDenoiser's EOS is V − 2; EOT is an ordinary id the model names as an end

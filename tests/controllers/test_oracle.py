@@ -5,21 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from controllers.oracle import MissingReferenceError, oracle_decode
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller_io import (
+from adaptive_decoding.controllers.oracle import MissingReferenceError, oracle_decode
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller_io import (
     build_controller,
     load_controller,
     save_controller,
 )
-from framework.engine.evaluate import evaluate, item_seeds
-from framework.engine.loop import decode
-from framework.engine.reference import decode_with_reference, reference_spec
-from framework.tasks.base import get_task
-from framework.testing.carry import carry_model
-from framework.testing.toys import ContextToyDenoiser, CouplingDenoiser, ToyDenoiser
+from adaptive_decoding.framework.engine.evaluate import evaluate, item_seeds
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.reference import decode_with_reference, reference_spec
+from adaptive_decoding.framework.tasks.base import get_task
+from adaptive_decoding.framework.testing.carry import carry_model
+from adaptive_decoding.framework.testing.toys import ContextToyDenoiser, CouplingDenoiser, ToyDenoiser
 
 PROMPTS = [[1, 2], [3], [4, 5, 6], [7, 8, 9, 10]]
 SEEDS = [11, 12, 13, 14]

@@ -16,11 +16,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.testing.toys import ContextToyDenoiser, ToyDenoiser
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.testing.toys import ContextToyDenoiser, ToyDenoiser
 
 Steps = list[list[int]]
 #: a reference step: (gen logits [1, G, V] float64, masked [1, G], block (s, e), block step) -> (commit, x0)

@@ -18,7 +18,8 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-PACKAGES = ("framework", "controllers", "scorers", "experiments")
+PACKAGES = ("framework", "controllers", "scorers", "experiments")  # folders, imported as adaptive_decoding.<folder>
+NAMESPACE = "adaptive_decoding"
 LAYERS = {
     "framework.core": 0,
     "framework.engine": 1,
@@ -59,6 +60,7 @@ def _imports(name: str, path: pathlib.Path, known: set[str]) -> set[str]:
         else:
             continue
         for target in targets:
+            target = target.removeprefix(NAMESPACE + ".")
             while target and target not in known:
                 target = target.rpartition(".")[0]
             if target and target != name:
@@ -131,6 +133,18 @@ def test_no_upward_import():
     upward = [f"{a} (layer {layer_of(a)}) imports {b} (layer {layer_of(b)})"
               for a, deps in _graph().items() for b in sorted(deps) if layer_of(b) > layer_of(a)]
     assert upward == []
+
+
+def test_every_import_of_the_four_folders_goes_through_the_namespace():
+    """``import framework`` works from a checkout's root only by accident (the working directory on
+    ``sys.path``); installed from the wheel it finds a user's own ``framework`` or nothing."""
+    bare = []
+    for path in sorted(p for pkg in (*PACKAGES, "tests") for p in (ROOT / pkg).rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            bare += [f"{path.relative_to(ROOT)}:{node.lineno}: {n}" for n in names if n.split(".")[0] in PACKAGES]
+    assert bare == []
 
 
 def test_cycle_finder_finds_a_cycle():

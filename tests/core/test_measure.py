@@ -1,4 +1,4 @@
-"""framework.core.measure: the allocator replay gives exact peaks on a designed sequence of
+"""adaptive_decoding.framework.core.measure: the allocator replay gives exact peaks on a designed sequence of
 allocations, overall and per marked span (the profile's per-step memory rests on it)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from framework.core.measure import AllocatedPeak, _replay, synced_clock
+from adaptive_decoding.framework.core.measure import AllocatedPeak, _replay, synced_clock
 
 MIB = 2**20
 

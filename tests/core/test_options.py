@@ -7,16 +7,21 @@ import argparse
 
 import pytest
 
-from experiments.options import ExperimentOptions, ShardedEvaluation
-from framework.core.options import ExampleDraw, PathParam
-from framework.core.params import ParameterError
-from framework.engine.features import FeatureOptions
-from framework.engine.lookahead.sweep import SweepGrid
-from framework.jobs.options import JobOptions
-from framework.learning.options import DaggerVisit, PolicyOptions, RLOptions, ThresholdCalibration
-from framework.profiling.options import ProfileArch, ProfileOptions
-from framework.training.options import CausalOptions, DenoiserOptions
-from framework.tuning.options import TuneOptions
+from adaptive_decoding.experiments.options import ExperimentOptions, ShardedEvaluation
+from adaptive_decoding.framework.core.options import ExampleDraw, PathParam
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.features import FeatureOptions
+from adaptive_decoding.framework.engine.lookahead.sweep import SweepGrid
+from adaptive_decoding.framework.jobs.options import JobOptions
+from adaptive_decoding.framework.learning.options import (
+    DaggerVisit,
+    PolicyOptions,
+    RLOptions,
+    ThresholdCalibration,
+)
+from adaptive_decoding.framework.profiling.options import ProfileArch, ProfileOptions
+from adaptive_decoding.framework.training.options import CausalOptions, DenoiserOptions
+from adaptive_decoding.framework.tuning.options import TuneOptions
 
 GROUPS = [PolicyOptions, TuneOptions, JobOptions, DenoiserOptions, CausalOptions, ProfileOptions, ExperimentOptions]
 SINGLE = [ExampleDraw, DaggerVisit, ThresholdCalibration, ProfileArch, ShardedEvaluation, FeatureOptions,
@@ -95,8 +100,8 @@ def _parsed(module, argv):
 
 
 def test_train_controller_builds_its_options_once_from_the_flags(monkeypatch):
-    import framework.learning.pipeline as pipeline
-    from framework.cli import train_controller as cmd
+    import adaptive_decoding.framework.learning.pipeline as pipeline
+    from adaptive_decoding.framework.cli import train_controller as cmd
 
     seen = []
     monkeypatch.setattr(pipeline, "train_policy", lambda task, options, **kw: seen.append((task, options, kw)))
@@ -113,8 +118,8 @@ def test_train_controller_builds_its_options_once_from_the_flags(monkeypatch):
 
 
 def test_tune_builds_its_options_once_from_the_flags(monkeypatch, tmp_path):
-    import framework.tuning.study as study
-    from framework.cli import tune as cmd
+    import adaptive_decoding.framework.tuning.study as study
+    from adaptive_decoding.framework.cli import tune as cmd
 
     seen = []
 
@@ -171,8 +176,8 @@ def test_bad_values_of_the_new_groups_are_refused_naming_the_field(build, messag
 def test_the_denoiser_recipe_declares_every_field_of_a_tasks_recipe():
     import dataclasses
 
-    from framework.tasks.base import Recipe
-    from framework.training.options import DenoiserRecipe
+    from adaptive_decoding.framework.tasks.base import Recipe
+    from adaptive_decoding.framework.training.options import DenoiserRecipe
 
     fields = {f.name for f in dataclasses.fields(Recipe)}
     assert set(DenoiserRecipe.params) == (fields - {"size"}) | {"model_size"}
@@ -180,7 +185,7 @@ def test_the_denoiser_recipe_declares_every_field_of_a_tasks_recipe():
 
 
 def test_the_causal_recipe_is_the_verifiers_recipe():
-    from framework.training.causal_lm import RECIPE
+    from adaptive_decoding.framework.training.causal_lm import RECIPE
 
     assert CausalOptions().validate().recipe.get_params() == RECIPE
 
@@ -204,8 +209,8 @@ def test_a_path_param_takes_a_string_or_a_path_and_stores_a_string(tmp_path):
 
 
 def test_profile_builds_its_options_once_from_the_flags(monkeypatch):
-    import framework.profiling as profiling
-    from framework.cli import profile as cmd
+    import adaptive_decoding.framework.profiling as profiling
+    from adaptive_decoding.framework.cli import profile as cmd
 
     seen = []
 
@@ -230,8 +235,8 @@ def test_profile_builds_its_options_once_from_the_flags(monkeypatch):
 
 
 def test_train_denoiser_builds_its_options_once_from_the_flags(monkeypatch, tmp_path):
-    import framework.training.masked_diffusion as md
-    from framework.cli import train as cmd
+    import adaptive_decoding.framework.training.masked_diffusion as md
+    from adaptive_decoding.framework.cli import train as cmd
 
     seen = []
 
@@ -253,8 +258,8 @@ def test_train_denoiser_builds_its_options_once_from_the_flags(monkeypatch, tmp_
 
 
 def test_run_builds_its_options_once_from_the_flags(monkeypatch, tmp_path):
-    import experiments.runner as runner
-    from framework.cli import run as cmd
+    import adaptive_decoding.experiments.runner as runner
+    from adaptive_decoding.framework.cli import run as cmd
 
     seen = []
 

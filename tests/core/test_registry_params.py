@@ -6,15 +6,15 @@ from importlib import metadata
 
 import pytest
 
-from framework.core.params import (
+from adaptive_decoding.framework.core.params import (
     Param,
     ParameterError,
     coerce_literal,
     parse_assignments,
 )
-from framework.core.registry import Registry, RegistryError, UnknownNameError
-from framework.engine.controller import CONTROLLERS, Controller
-from framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.core.registry import Registry, RegistryError, UnknownNameError
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller
+from adaptive_decoding.framework.engine.controller_io import build_controller
 
 
 class Base:
@@ -43,15 +43,15 @@ def test_duplicate_wrong_type_and_unknown_errors():
 
 def test_lazy_string_entries_import_on_first_use():
     reg = Registry("controller", base=Controller)
-    reg.add("seq", "controllers.baselines:Sequential")
+    reg.add("seq", "adaptive_decoding.controllers.baselines:Sequential")
     assert reg.get("seq").__name__ == "Sequential"
-    reg.add("bad", "controllers.baselines:Sequential.nope")
+    reg.add("bad", "adaptive_decoding.controllers.baselines:Sequential.nope")
     with pytest.raises(AttributeError):
         reg.get("bad")
 
 
 def test_entry_point_plugins_are_found(monkeypatch):
-    ep = metadata.EntryPoint(name="their_ctrl", value="controllers.baselines:FastDLLM",
+    ep = metadata.EntryPoint(name="their_ctrl", value="adaptive_decoding.controllers.baselines:FastDLLM",
                              group="adaptive_decoding.controllers")
 
     def fake_entry_points(group=None, **kw):
@@ -59,7 +59,7 @@ def test_entry_point_plugins_are_found(monkeypatch):
 
     monkeypatch.setattr(metadata, "entry_points", fake_entry_points)
     reg = Registry("controller", base=Controller, entry_point_group="adaptive_decoding.controllers",
-                   builtin_modules=("controllers",))
+                   builtin_modules=("adaptive_decoding.controllers",))
     assert "their_ctrl" in reg.names()
     assert reg.get("their_ctrl")(threshold=0.5).threshold == 0.5
 
@@ -111,8 +111,8 @@ def test_set_literals():
 
 def test_none_typed_on_the_command_line_is_the_choice_none_where_there_is_one():
     # `--set cache=none` and `--lookahead rescore=none` read as null; both were refused before
-    from framework.engine.config import DecodeConfig
-    from framework.engine.lookahead import Lookahead
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.lookahead import Lookahead
 
     sets = parse_assignments(["cache=none"])
     assert sets == {"cache": None} and DecodeConfig.build(**sets).cache == "none"
@@ -129,7 +129,7 @@ def _broken_module(tmp_path, monkeypatch, name="adec_broken_plugin"):
 
 
 def test_a_broken_builtin_module_is_an_error_naming_it(tmp_path, monkeypatch):
-    from framework.core.registry import PluginImportError, Registry
+    from adaptive_decoding.framework.core.registry import PluginImportError, Registry
 
     mod = _broken_module(tmp_path, monkeypatch)
     reg = Registry("widget", builtin_modules=(mod,))
@@ -140,8 +140,8 @@ def test_a_broken_builtin_module_is_an_error_naming_it(tmp_path, monkeypatch):
 def test_a_broken_entry_point_is_an_error_naming_it(tmp_path, monkeypatch):
     from importlib import metadata
 
-    from framework.core import registry as registry_mod
-    from framework.core.registry import PluginImportError, Registry
+    from adaptive_decoding.framework.core import registry as registry_mod
+    from adaptive_decoding.framework.core.registry import PluginImportError, Registry
 
     mod = _broken_module(tmp_path, monkeypatch, "adec_broken_ep")
     ep = metadata.EntryPoint(name="theirs", value=f"{mod}:Thing", group="adec.test.widgets")
@@ -155,7 +155,7 @@ def test_a_broken_entry_point_is_an_error_naming_it(tmp_path, monkeypatch):
 
 
 def test_skip_broken_plugins_warns_and_leaves_them_out(tmp_path, monkeypatch):
-    from framework.core.registry import Registry, skip_broken_plugins
+    from adaptive_decoding.framework.core.registry import Registry, skip_broken_plugins
 
     mod = _broken_module(tmp_path, monkeypatch, "adec_broken_skip")
     reg = Registry("widget", builtin_modules=(mod,))
@@ -172,26 +172,26 @@ def test_cli_reports_a_broken_command_module_and_skips_it_on_request(monkeypatch
     import importlib
     import sys as _sys
 
-    from framework.core.registry import PluginImportError
+    from adaptive_decoding.framework.core.registry import PluginImportError
 
-    cli_main = importlib.import_module("framework.cli.main")
+    cli_main = importlib.import_module("adaptive_decoding.framework.cli.main")
 
     monkeypatch.setattr(cli_main, "COMMAND_MODULES", cli_main.COMMAND_MODULES + ("no_such_command",))
-    with pytest.raises(PluginImportError, match=r"command module 'framework.cli.no_such_command'"):
+    with pytest.raises(PluginImportError, match=r"command module 'adaptive_decoding.framework.cli.no_such_command'"):
         cli_main.main(["list", "controllers"])
     try:
         with pytest.warns(RuntimeWarning, match="no_such_command"):
             assert cli_main.main(["--skip-broken-plugins", "list", "tasks"]) == 0
     finally:
-        from framework.core.registry import skip_broken_plugins
+        from adaptive_decoding.framework.core.registry import skip_broken_plugins
         skip_broken_plugins(False)
     assert "sudoku9" in capsys.readouterr().out
-    assert _sys.modules.get("framework.cli.no_such_command") is None
+    assert _sys.modules.get("adaptive_decoding.framework.cli.no_such_command") is None
 
 
 # ---------------------------------------------------------------------- discovery, abstract bases, public names
 def test_a_new_module_in_a_plugin_package_registers_itself_without_being_listed(tmp_path, monkeypatch):
-    from framework.core.registry import discover_plugins, package_modules
+    from adaptive_decoding.framework.core.registry import discover_plugins, package_modules
 
     pkg = tmp_path / "adec_found_pkg"
     pkg.mkdir()
@@ -199,7 +199,7 @@ def test_a_new_module_in_a_plugin_package_registers_itself_without_being_listed(
     (pkg / "helper.py").write_text("")
     (pkg / "_private.py").write_text("raise RuntimeError('a private module is never imported')\n")
     (pkg / "widgets.py").write_text(
-        "from framework.core.registry import Registry\nREG = Registry('widget')\n"
+        "from adaptive_decoding.framework.core.registry import Registry\nREG = Registry('widget')\n"
         "REG.register('spinner')(type('Spinner', (), {}))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     assert package_modules("adec_found_pkg") == ("helper", "widgets")
@@ -217,22 +217,22 @@ def test_every_module_of_the_builtin_plugin_packages_is_imported():
     package (less its helpers) has been imported once its registry is read."""
     import sys
 
-    from framework.core.registry import package_modules
-    from framework.engine.scorer import SCORERS
-    from framework.tasks.metrics import HELPER_MODULES, METRICS
+    from adaptive_decoding.framework.core.registry import package_modules
+    from adaptive_decoding.framework.engine.scorer import SCORERS
+    from adaptive_decoding.framework.tasks.metrics import HELPER_MODULES, METRICS
 
     CONTROLLERS.names(), SCORERS.names(), METRICS.names()
-    for package, skip in (("controllers", ()), ("scorers", ()), ("framework.tasks.metrics", HELPER_MODULES)):
+    for package, skip in (("adaptive_decoding.controllers", ()), ("adaptive_decoding.scorers", ()), ("adaptive_decoding.framework.tasks.metrics", HELPER_MODULES)):
         modules = package_modules(package, skip=skip)
         assert modules and all(f"{package}.{m}" in sys.modules for m in modules), package
-    assert "jail" not in package_modules("framework.tasks.metrics", skip=HELPER_MODULES)
+    assert "jail" not in package_modules("adaptive_decoding.framework.tasks.metrics", skip=HELPER_MODULES)
     assert {"margin_topk", "oracle", "verified"} <= set(CONTROLLERS.names())
     assert {"logprob", "sudoku_rules"} <= set(SCORERS.names()) and {"exact", "gsm8k"} <= set(METRICS.names())
 
 
 def test_a_controller_or_scorer_without_its_abstract_method_is_refused_at_registration():
-    from framework.engine.scorer import Scorer
-    from framework.tasks.metrics import Metric
+    from adaptive_decoding.framework.engine.scorer import Scorer
+    from adaptive_decoding.framework.tasks.metrics import Metric
 
     class NoDecide(Controller):
         """Forgot decide."""

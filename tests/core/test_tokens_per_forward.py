@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.core.measure import (
+from adaptive_decoding.framework.core.measure import (
     answer_length_before_stop,
     answer_lengths,
     first_stop,

@@ -1,11 +1,11 @@
 """No public function takes more than :data:`MAX_PARAMETERS` parameters unless a reason is written.
 
-A wide entry point takes a few options objects grouped by concern (:mod:`framework.core.options`)
+A wide entry point takes a few options objects grouped by concern (:mod:`adaptive_decoding.framework.core.options`)
 instead of dozens of keywords. Counted on the code itself (AST) over the packages, tests excluded:
 every parameter but ``self``/``cls``, ``*args`` and ``**kwargs`` one each. A function is public when
 neither its name nor an enclosing class's starts with ``_`` (``__init__`` of a public class is public).
 
-Exempt by rule, not listed: the constructor of a :class:`~framework.core.params.Configurable` whose
+Exempt by rule, not listed: the constructor of a :class:`~adaptive_decoding.framework.core.params.Configurable` whose
 every keyword is a declared ``Param`` of the class's ``params`` (a controller, a scorer, a task,
 ``DecodeConfig``): its keywords *are* its validated, round-tripping options, the scikit-learn
 convention of docs/DESIGN, addressed flat by ``--set`` / ``--task-param`` and recorded flat in results

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework import DecodeConfig, build_controller, decode
-from framework.learning.policy import tiny_policy_file
-from framework.models.arch import load_architecture
-from framework.models.own import OwnArchitectureDenoiser
+from adaptive_decoding.framework import DecodeConfig, build_controller, decode
+from adaptive_decoding.framework.learning.policy import tiny_policy_file
+from adaptive_decoding.framework.models.arch import load_architecture
+from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
 DEVICE = os.environ.get("ADEC_TEST_DEVICE", "cuda" if torch.cuda.is_available() else "cpu")
 VOCAB = 126464 if torch.device(DEVICE).type == "cuda" else 2048  # LLaDA's real one where it is cheap
@@ -104,11 +104,11 @@ def test_a_ragged_batch_equals_its_rows_on_the_device(which, cache, models):
 
 
 def test_the_escalating_verifier_lookahead_on_the_device_scores_as_on_cpu():
-    import scorers  # noqa: F401 - registers sudoku_rules
-    from framework.engine.evaluate import evaluate
-    from framework.engine.lookahead import Lookahead
-    from framework.tasks.base import get_task
-    from framework.training.zoo import load_model
+    import adaptive_decoding.scorers as scorers  # noqa: F401 - registers sudoku_rules
+    from adaptive_decoding.framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.lookahead import Lookahead
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.training.zoo import load_model
 
     task = get_task("sudoku9")
     out = {}
@@ -126,7 +126,7 @@ def test_the_escalating_verifier_lookahead_on_the_device_scores_as_on_cpu():
 
 
 def test_bfloat16_decodes_every_position_with_the_cache():
-    from framework.profiling import ProfileArch, profile_model
+    from adaptive_decoding.framework.profiling import ProfileArch, profile_model
 
     model = profile_model(ProfileArch.build(vocab_size=VOCAB, d_model=256, n_layers=2, n_heads=4, mlp_hidden=512),
                           device=DEVICE, dtype=torch.bfloat16)
@@ -139,7 +139,7 @@ def test_bfloat16_decodes_every_position_with_the_cache():
 
 
 def test_the_profile_times_and_measures_every_step_on_the_device():
-    from framework.profiling import ProfileArch, ProfileOptions, profile_model, run_profile
+    from adaptive_decoding.framework.profiling import ProfileArch, ProfileOptions, profile_model, run_profile
 
     model = profile_model(ProfileArch.build(vocab_size=VOCAB, d_model=256, n_layers=2, n_heads=4, mlp_hidden=512),
                           device=DEVICE, dtype=torch.bfloat16)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from framework.cli.listing import markdown
-from framework.cli.main import build_parser
+from adaptive_decoding.framework.cli.listing import markdown
+from adaptive_decoding.framework.cli.main import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -17,9 +17,9 @@ def test_controllers_reference_is_current():
 
 
 def test_list_options_explains_every_loop_and_lookahead_option(capsys):
-    from framework.cli.main import main
-    from framework.engine.config import DecodeConfig
-    from framework.engine.lookahead import Lookahead
+    from adaptive_decoding.framework.cli.main import main
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.lookahead import Lookahead
 
     assert main(["list", "options", "--verbose"]) == 0
     out = capsys.readouterr().out
@@ -45,10 +45,10 @@ def test_extending_examples_run_and_conform():
     """The two examples in docs/extending.md are real plugins that pass the conformance suites."""
     import re
 
-    from framework.engine.controller import CONTROLLERS
-    from framework.engine.scorer import SCORERS
-    from framework.testing.conformance import check_controller
-    from framework.testing.scorer_conformance import check_scorer
+    from adaptive_decoding.framework.engine.controller import CONTROLLERS
+    from adaptive_decoding.framework.engine.scorer import SCORERS
+    from adaptive_decoding.framework.testing.conformance import check_controller
+    from adaptive_decoding.framework.testing.scorer_conformance import check_scorer
 
     text = (ROOT / "docs" / "extending.md").read_text()
     blocks = re.findall(r"```python\n(.*?)```", text, flags=re.S)
@@ -69,10 +69,10 @@ def test_the_nesting_example_runs_keeps_its_child_memory_prefixed_and_conforms()
 
     import torch
 
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller import CONTROLLERS, DecodeState
-    from framework.testing.conformance import check_controller
-    from framework.tuning.space import tuned_space
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller import CONTROLLERS, DecodeState
+    from adaptive_decoding.framework.testing.conformance import check_controller
+    from adaptive_decoding.framework.tuning.space import tuned_space
 
     section = (ROOT / "docs" / "extending.md").read_text().split("## A controller built from others", 1)[1]
     block = re.findall(r"```python\n(.*?)```", section.split("\n## ", 1)[0], flags=re.S)
@@ -90,19 +90,22 @@ def test_the_nesting_example_runs_keeps_its_child_memory_prefixed_and_conforms()
 
 
 def test_doc_examples_import_only_the_public_api():
-    """Every Python example of docs/ and the README imports from ``framework`` itself (its ``__all__``),
-    never from a module inside it: the public API is what the docs show."""
+    """Every Python example of docs/ and the README imports from ``adaptive_decoding.framework`` or
+    ``adaptive_decoding.experiments`` themselves (their ``__all__``), never from a module inside them:
+    the public API is what the docs show."""
     import re
 
-    import framework
+    import adaptive_decoding.experiments as experiments
+    import adaptive_decoding.framework as framework
 
+    public = {"framework": set(framework.__all__), "experiments": set(experiments.__all__)}
     deep, unknown = [], []
     for path in sorted((ROOT / "docs").glob("*.md")) + [ROOT / "README.md"]:
         for block in re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S):
             for line in block.splitlines():
-                if re.match(r"\s*(from|import) (framework|controllers|scorers|experiments)\.", line):
+                if re.match(r"\s*(from|import) (adaptive_decoding\.)?(framework|controllers|scorers|experiments)\.", line):
                     deep.append(f"{path.name}: {line.strip()}")
-                if m := re.match(r"\s*from framework import (.*)", line):
-                    unknown += [f"{path.name}: {n}" for n in re.split(r"[,\s()]+", m.group(1))
-                                if n and n not in framework.__all__]
+                if m := re.match(r"\s*from adaptive_decoding\.(framework|experiments) import (.*)", line):
+                    unknown += [f"{path.name}: {n}" for n in re.split(r"[,\s()]+", m.group(2))
+                                if n and n not in public[m.group(1)]]
     assert deep == [] and unknown == []

@@ -10,8 +10,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_write_a_task_example_runs():
-    from framework.models.zoo import MODELS
-    from framework.tasks.base import TASKS
+    from adaptive_decoding.framework.models.zoo import MODELS
+    from adaptive_decoding.framework.tasks.base import TASKS
 
     text = (ROOT / "docs" / "extending.md").read_text()
     section = text.split("## Write a task", 1)[1]

@@ -24,12 +24,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.models.arch import load_architecture
-from framework.models.own import OwnArchitectureDenoiser
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.models.arch import load_architecture
+from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
 BS, MASK, EOS, V = 4, 310, 300, 320
 HEAD_SCALE = 40.0  # a random tiny model is near uniform; a sharper head makes its decisions threshold-bound
@@ -199,7 +199,7 @@ def test_a_setting_the_model_has_no_meaning_for_fails_before_any_work(models, se
 
 
 def test_the_block_cache_is_refused_on_a_full_attention_model():
-    from framework.testing.toys import ContextToyDenoiser
+    from adaptive_decoding.framework.testing.toys import ContextToyDenoiser
 
     with pytest.raises(ParameterError, match=r"cache='block' does not apply to a full model.*allowed: none, "
                                              r"prefix, dual"):

@@ -43,11 +43,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import DecodeResult, decode
-from framework.models.arch import load_architecture
-from framework.models.own import OwnArchitectureDenoiser
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import DecodeResult, decode
+from adaptive_decoding.framework.models.arch import load_architecture
+from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
 MASK, V = 310, 320
 SDAR_BS, SDAR_EOS = 4, 194  # an id this checkpoint predicts in some answers, so that some rows stop
@@ -391,8 +391,8 @@ def test_the_sub_block_cache_runs_sub_blocks_alone_and_is_approximate(fast):
     ("block", 4, 8, "sub_block_cache=4 with fast_dllm_v2.small_block_size=8"),
 ])
 def test_the_sub_block_cache_refuses_a_combination_before_any_forward(fast, monkeypatch, cache, sub, small, named):
-    from framework.core.params import ParameterError
-    from framework.models.arch import FastDLLMv2Model
+    from adaptive_decoding.framework.core.params import ParameterError
+    from adaptive_decoding.framework.models.arch import FastDLLMv2Model
 
     def boom(self, *a, **k):
         raise AssertionError("the model ran a forward")

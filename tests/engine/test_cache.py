@@ -23,11 +23,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from framework import DecodeConfig, ParameterError, build_controller, decode
-from framework.models.arch import load_architecture
-from framework.models.own import OwnArchitectureDenoiser
-from framework.models.tiny import TinyConfig, TinyDenoiser
-from framework.testing.toys import ToyDenoiser
+from adaptive_decoding.framework import DecodeConfig, ParameterError, build_controller, decode
+from adaptive_decoding.framework.models.arch import load_architecture
+from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
 BUILD = Path(__file__).resolve().parents[1] / "fixtures" / "real_format" / "build.py"
 
@@ -135,8 +135,8 @@ def test_a_ragged_batch_equals_its_rows_one_by_one_with_the_cache(which, cache, 
 @pytest.mark.parametrize("which", ["tiny", "llada", "dream"])
 def test_a_refresh_rewrites_the_cache_in_place_with_a_fresh_forwards_numbers(which, own_llada, own_dream):
     # the second and later refreshes write every column into the existing cache (never two caches at once)
-    from framework.engine.denoise import CacheSession
-    from framework.engine.loop import layout
+    from adaptive_decoding.framework.engine.denoise import CacheSession
+    from adaptive_decoding.framework.engine.loop import layout
 
     model = {"tiny": tiny(), "llada": own_llada, "dream": own_dream}[which]
     prompts = PROMPTS_TINY if which == "tiny" else PROMPTS_LLADA

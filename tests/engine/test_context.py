@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext
-from framework.engine.controller import Controller, Decision
-from framework.engine.loop import decode
-from framework.engine.selection import select_topk
-from framework.testing.toys import ContextToyDenoiser
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.controller import Controller, Decision
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.testing.toys import ContextToyDenoiser
 
 PROMPTS = [[1, 2], [3], [4, 5, 6]]
 G = 8

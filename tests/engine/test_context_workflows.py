@@ -7,8 +7,8 @@ objective and ``adec generate`` equal those of ``decode`` given a context writte
 controller also decides differently from its inner controller alone (the context matters), and without
 the context it needs it fails with :class:`MissingContextError` instead of acting as another decoder.
 
-Models: the designed 2-digit adder (:func:`framework.testing.carry.carry_model`) and the designed toy
-over the ``pairs`` vocabulary (:func:`experiments.cells.toy_model`); no training.
+Models: the designed 2-digit adder (:func:`adaptive_decoding.framework.testing.carry.carry_model`) and the designed toy
+over the ``pairs`` vocabulary (:func:`adaptive_decoding.experiments.cells.toy_model`); no training.
 """
 
 from __future__ import annotations
@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext, MissingContextError
-from framework.engine.controller_io import build_controller
-from framework.engine.evaluate import evaluate, item_seeds
-from framework.engine.loop import decode
-from framework.tasks.base import get_task
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext, MissingContextError
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.evaluate import evaluate, item_seeds
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.tasks.base import get_task
 
 N = 12
 ODD_DIGITS = {"patterns": ["[13579]"], "numbers": "off"}
@@ -40,8 +40,8 @@ CASES = [
 
 def setup(case: tuple) -> tuple[Any, Any, list, Any, DecodeConfig]:
     """The case's loaded model, task, test examples, controller and decoding options."""
-    from experiments.cells import toy_model
-    from framework.testing.carry import carry_model
+    from adaptive_decoding.experiments.cells import toy_model
+    from adaptive_decoding.framework.testing.carry import carry_model
 
     _, (task_name, task_params), _ = case
     task = get_task(task_name, **task_params)
@@ -99,8 +99,8 @@ def test_bench_evaluate_decides_as_decode_with_the_full_context(case: tuple, exp
 
 
 def test_run_cell_decides_as_decode_with_the_full_context(case: tuple, expected: dict) -> None:
-    from experiments.cells import evaluate_cell
-    from experiments.parse import parse_experiment
+    from adaptive_decoding.experiments.cells import evaluate_cell
+    from adaptive_decoding.experiments.parse import parse_experiment
 
     loaded, task, _, _, cfg = setup(case)
     (task_name, task_params), (name, params) = case[1], case[2]
@@ -113,7 +113,7 @@ def test_run_cell_decides_as_decode_with_the_full_context(case: tuple, expected:
 
 
 def test_tune_objective_scores_as_decode_with_the_full_context(case: tuple, expected: dict) -> None:
-    from framework.tuning.objective import score_examples
+    from adaptive_decoding.framework.tuning.objective import score_examples
 
     loaded, task, examples, ctrl, cfg = setup(case)
     scored = score_examples(loaded, task, ctrl, cfg, examples, batch_size=5)
@@ -122,10 +122,10 @@ def test_tune_objective_scores_as_decode_with_the_full_context(case: tuple, expe
 
 
 def test_generate_job_decides_as_decode_with_the_full_context(case: tuple, expected: dict, tmp_path: Any) -> None:
-    from framework.cli.generate import example_items
-    from framework.jobs.options import JobOptions
-    from framework.jobs.output import read_results
-    from framework.jobs.runner import run_generation_job
+    from adaptive_decoding.framework.cli.generate import example_items
+    from adaptive_decoding.framework.jobs.options import JobOptions
+    from adaptive_decoding.framework.jobs.output import read_results
+    from adaptive_decoding.framework.jobs.runner import run_generation_job
 
     loaded, task, examples, ctrl, cfg = setup(case)
     out = tmp_path / "rows.jsonl"
@@ -143,7 +143,7 @@ def test_a_controller_without_the_context_it_needs_fails_clearly(case: tuple) ->
 
 
 def test_number_guard_on_spans_fails_on_a_task_that_marks_none() -> None:
-    from framework.testing.carry import carry_model
+    from adaptive_decoding.framework.testing.carry import carry_model
 
     task = get_task("addition", digits=2)
     ctrl = build_controller("number_guard", inner="fast_dllm", rule="both")
@@ -167,10 +167,10 @@ def test_for_batch_reads_prompts_metas_and_the_task_spans() -> None:
 
 
 def test_a_generate_job_whose_controller_needs_spans_the_task_lacks_fails_before_any_work(tmp_path: Any) -> None:
-    from framework.cli.generate import example_items
-    from framework.jobs.options import JobOptions
-    from framework.jobs.runner import run_generation_job
-    from framework.testing.carry import carry_model
+    from adaptive_decoding.framework.cli.generate import example_items
+    from adaptive_decoding.framework.jobs.options import JobOptions
+    from adaptive_decoding.framework.jobs.runner import run_generation_job
+    from adaptive_decoding.framework.testing.carry import carry_model
 
     task = get_task("addition", digits=2)
     ctrl = build_controller("number_guard", inner="fast_dllm", rule="meta")

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from controllers.heuristic import Hybrid, MarginTopK
-from framework.core.params import Param, ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision
-from framework.engine.controller_io import (
+from adaptive_decoding.controllers.heuristic import Hybrid, MarginTopK
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller, Decision
+from adaptive_decoding.framework.engine.controller_io import (
     build_controller,
     load_controller,
     load_decode_config,

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.features import token_statistics
-from framework.engine.loop import decode
-from framework.models.tiny import TinyConfig, TinyDenoiser
-from framework.testing.toys import ToyDenoiser
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.features import token_statistics
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
 ANSWER = [1, 2, 3, 4, 5, 6, 7, 8]
 CONF = [0.95, 0.5, 0.99, 0.45, 0.92, 0.6, 0.7, 0.8]

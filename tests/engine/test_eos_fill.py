@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import CONTROLLERS, Controller, Decision
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.engine.selection import select_topk
-from framework.testing.toys import ToyDenoiser
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
 G, P = 16, 2
 EOS = 14  # ToyDenoiser(vocab_size=16): eos = V - 2

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.models.arch import LLaDAMoEModel, load_architecture
-from framework.models.own import OwnArchitectureDenoiser
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.models.arch import LLaDAMoEModel, load_architecture
+from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
 MASK, V, EOS = 310, 320, 301
 HEAD_SCALE = 40.0  # a sharper head: the confidences spread, so the order of commits is decided
@@ -100,7 +100,7 @@ def test_llada_moe_batches_and_caches_as_llada(models):
     batch = decode(den, prompts, ctrl, config)
     for i, p in enumerate(prompts):
         assert batch.generated[i].tolist() == decode(den, [p], ctrl, config).generated[0].tolist()
-    from framework.core.params import ParameterError
+    from adaptive_decoding.framework.core.params import ParameterError
 
     with pytest.raises(ParameterError, match="cache='block' does not apply to a full model"):
         decode(den, prompts, ctrl, DecodeConfig(gen_length=8, cache="block"))

@@ -9,16 +9,16 @@ import logging
 import pytest
 import torch
 
-from framework.core.params import ParameterError, StopDecoding
-from framework.engine.config import DecodeConfig
-from framework.engine.context import DecodeContext, MissingContextError
-from framework.engine.controller import Controller, Decision, DecodeState
-from framework.engine.controller_io import build_controller
-from framework.engine.lookahead import Lookahead
-from framework.engine.loop import decode
-from framework.engine.scorer import Scorer
-from framework.engine.selection import select_topk
-from framework.testing.toys import CharTokenizer, JointDenoiser, ToyDenoiser
+from adaptive_decoding.framework.core.params import ParameterError, StopDecoding
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.context import DecodeContext, MissingContextError
+from adaptive_decoding.framework.engine.controller import Controller, Decision, DecodeState
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.lookahead import Lookahead
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.scorer import Scorer
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.testing.toys import CharTokenizer, JointDenoiser, ToyDenoiser
 
 # a, b, c, x, y, z, e = 0..6; V = 10 (pad 7, eos 8, mask 9). Position 2 is always e.
 # p(first): a .42, b .37, c .21; p(second): x .42, z .37, y .21 (margins .05, tied).
@@ -308,7 +308,7 @@ class Exploding(Scorer):
 
 def test_fallback_keeps_decoding_when_the_scorer_raises(caplog):
     m = garden()
-    with caplog.at_level(logging.WARNING, logger="framework.engine.lookahead"):
+    with caplog.at_level(logging.WARNING, logger="adaptive_decoding.framework.engine.lookahead"):
         res = decode(m, [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3),
                      lookahead=lookahead(scorer=Exploding(), width=3, hold=False, rescore="none"))
     plain = decode(garden(), [PROMPT, PROMPT], ladder(), DecodeConfig(gen_length=3))
@@ -347,7 +347,7 @@ def test_fallback_keeps_decoding_when_the_rollout_controller_raises(caplog):
                 lookahead=lookahead(scorer="logprob", width=3, rollout="controller", hold=False))
     assert ok.generated.tolist() == [[1, 5, 6]] and ok.fallbacks.tolist() == [0]
     m = garden()
-    with caplog.at_level(logging.WARNING, logger="framework.engine.lookahead"):
+    with caplog.at_level(logging.WARNING, logger="adaptive_decoding.framework.engine.lookahead"):
         res = decode(m, [PROMPT], RaisesInRollouts(), cfg,
                      lookahead=lookahead(scorer="logprob", width=3, rollout="controller"))
     plain = decode(garden(), [PROMPT], Branchy(), cfg)
@@ -362,7 +362,7 @@ def test_rollouts_never_touch_the_controllers_memory():
     state = DecodeState(config=DecodeConfig(gen_length=3), seeds=torch.zeros(1, dtype=torch.long), mask_token_id=9)
     ctrl.reset(state)
     x = torch.tensor([[7, 9, 9, 9]])
-    from framework.engine.features import FeatureOptions, StepWindow, compute_features
+    from adaptive_decoding.framework.engine.features import FeatureOptions, StepWindow, compute_features
 
     logits = f_model(x)
     rel = torch.arange(4)[None] - 1
@@ -381,7 +381,7 @@ def test_rollouts_never_touch_the_controllers_memory():
 
 
 def _features(m, x):
-    from framework.engine.features import FeatureOptions, StepWindow, compute_features
+    from adaptive_decoding.framework.engine.features import FeatureOptions, StepWindow, compute_features
 
     g = x.shape[1] - 1
     masked = x == m.mask_token_id
@@ -523,8 +523,8 @@ def test_compliance_penalty_enters_the_entropy_of_entropy_topk():
 
 
 def test_cli_scorer_option_builds_the_lookahead():
-    from framework.cli.main import build_parser
-    from framework.cli.options import build_lookahead
+    from adaptive_decoding.framework.cli.main import build_parser
+    from adaptive_decoding.framework.cli.options import build_lookahead
 
     args = build_parser().parse_args(["decode", "--prompt", "1+2=", "--controller", "confidence_ladder",
                                       "--scorer", "logprob:0.7,repetition:1", "--lookahead", "width=2",
@@ -539,16 +539,16 @@ def test_cli_scorer_option_builds_the_lookahead():
         build_lookahead(build_parser().parse_args(["decode", "--scorer", "logprob", "--lookahead", "wdth=2"]))
     with pytest.raises(ParameterError, match="without --scorer"):
         build_lookahead(build_parser().parse_args(["decode", "--lookahead", "width=2"]))
-    from framework.cli.options import LOOKAHEAD_OPTIONS
+    from adaptive_decoding.framework.cli.options import LOOKAHEAD_OPTIONS
 
     assert sorted(LOOKAHEAD_OPTIONS) == sorted(Lookahead.params)  # --help names every knob
 
 
 def _untrained(task_name):
     """The task and a 1-layer tiny denoiser with random weights for it (uncertain everywhere)."""
-    from framework.models.protocol import LoadedModel
-    from framework.models.tiny import TinyConfig, TinyDenoiser
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.models.protocol import LoadedModel
+    from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+    from adaptive_decoding.framework.tasks.base import get_task
 
     task = get_task(task_name)
     tok = task.tokenizer
@@ -560,8 +560,8 @@ def _untrained(task_name):
 
 
 def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
-    from framework.core.options import ExampleDraw
-    from framework.engine.lookahead.sweep import SweepGrid, lookahead_sweep
+    from adaptive_decoding.framework.core.options import ExampleDraw
+    from adaptive_decoding.framework.engine.lookahead.sweep import SweepGrid, lookahead_sweep
 
     task, loaded = _untrained("pairs")
     cfg = DecodeConfig(gen_length=task.gen_length)
@@ -579,8 +579,8 @@ def test_lookahead_sweep_rows_on_an_untrained_pairs_model():
 
 def test_evaluate_hands_the_lookahead_scorer_the_tokenizer_prompts_and_metas():
     # before, `adec run` cells built their lookahead without a context: text scorers read token ids as numbers
-    from framework.engine.evaluate import evaluate
-    from framework.engine.scorer import Scorer
+    from adaptive_decoding.framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.scorer import Scorer
 
     seen = []
 

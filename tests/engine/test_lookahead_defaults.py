@@ -9,10 +9,10 @@ import pytest
 import torch
 import yaml
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.lookahead import Branching, Lookahead, Ranking, Rollout
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.lookahead import Branching, Lookahead, Ranking, Rollout
 
 ROOT = Path(__file__).resolve().parents[2]
 ROW = "margin_topk + lookahead (rules verifier, escalate 0.99, lazy)"
@@ -33,10 +33,10 @@ def test_each_part_has_the_facades_default_and_the_facade_only_routes_them():
 
 
 def test_defaults_decode_sudoku9_as_the_configured_escalating_rules_verifier():
-    import scorers  # noqa: F401 - registers sudoku_rules
-    from framework.engine.evaluate import decode_texts
-    from framework.tasks.base import get_task
-    from framework.training.zoo import load_model
+    import adaptive_decoding.scorers as scorers  # noqa: F401 - registers sudoku_rules
+    from adaptive_decoding.framework.engine.evaluate import decode_texts
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.training.zoo import load_model
 
     row = _configured_row()
     configured = Lookahead.build(**row["lookahead"])
@@ -61,8 +61,8 @@ def test_defaults_decode_sudoku9_as_the_configured_escalating_rules_verifier():
 def test_the_loops_lookahead_budget_moved_to_the_lookahead():
     with pytest.raises(ParameterError, match=r"lookahead_budget is no longer a decoding option.*--lookahead budget=N"):
         DecodeConfig.build(gen_length=8, lookahead_budget=16)
-    from framework.cli.main import build_parser
-    from framework.cli.options import resolve_decoding
+    from adaptive_decoding.framework.cli.main import build_parser
+    from adaptive_decoding.framework.cli.options import resolve_decoding
 
     args = build_parser().parse_args(["decode", "--prompt", "x", "--controller", "margin_topk",
                                       "--set", "lookahead_budget=128"])
@@ -73,7 +73,7 @@ def test_the_loops_lookahead_budget_moved_to_the_lookahead():
 
 
 def test_the_lookahead_takes_its_parts_options_and_build_routes_the_flat_keys_to_them():
-    from framework.jobs.plan import describe_lookahead
+    from adaptive_decoding.framework.jobs.plan import describe_lookahead
 
     parts = Lookahead(Branching(width=3, escalate=[0.99]), Rollout(rollout="sequential", max_depth=4, advance=4),
                       Ranking(scorer="logprob", rescore="pll"), budget=32)

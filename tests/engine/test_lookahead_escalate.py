@@ -10,15 +10,15 @@ import pytest
 import torch
 from test_lookahead import ORCHARD, PreferCandidate, lookahead  # the lookahead tests' toy, test scorer and
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision
-from framework.engine.controller_io import build_controller
-from framework.engine.lookahead import Lookahead
-from framework.engine.loop import decode
-from framework.engine.scorer import Scorer
-from framework.engine.selection import select_topk
-from framework.testing.toys import JointDenoiser
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller, Decision
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.lookahead import Lookahead
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.scorer import Scorer
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.testing.toys import JointDenoiser
 
 # lookahead with the earlier defaults (EARLIER_DEFAULTS), so these tests decode what they did
 
@@ -177,7 +177,7 @@ def test_escalating_lookahead_on_a_tiny_transformer_under_every_cache_mode(cache
     # a 2-layer tiny transformer with random weights (uncertain everywhere, so the ladder asks for depth
     # at every step) and a head scaled to make some positions confident: a ragged batch decodes to the
     # end with lookahead steps, escalations among them, and equals its rows decoded one at a time
-    from framework.models.tiny import TinyConfig, TinyDenoiser
+    from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
 
     torch.manual_seed(0)
     model = TinyDenoiser(TinyConfig(vocab_size=20, mask_token_id=19, pad_token_id=0, eos_token_id=2, max_len=40,

@@ -16,11 +16,11 @@ import warnings
 import pytest
 import torch
 
-from framework import DecodeConfig, ParameterError, build_controller, decode
-from framework.engine.controller import Controller, Decision
-from framework.engine.selection import select_topk
-from framework.models.tiny import TinyConfig, TinyDenoiser
-from framework.testing.toys import BlockCausalToy, ContextToyDenoiser, ToyDenoiser
+from adaptive_decoding.framework import DecodeConfig, ParameterError, build_controller, decode
+from adaptive_decoding.framework.engine.controller import Controller, Decision
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.testing.toys import BlockCausalToy, ContextToyDenoiser, ToyDenoiser
 
 CONTROLLERS = [("fast_dllm", {"threshold": 0.7}), ("llada", {"steps": 6}), ("margin_topk", {}),
                ("cadllm", {"min_block": 2, "max_block": 6}), ("d3llm", {}), ("sequential", {})]

@@ -4,7 +4,7 @@ A proxy counts every batch row of every call the denoiser receives (one row, one
 sample). For each cache mode, with a lookahead (whose handed-on forward serves the next step) and with
 revocable decoding (the shadow block in the step's forward, or separate exact probes):
 
-* the :func:`framework.engine.step.forward` and :func:`~framework.engine.step.refine` stages each
+* the :func:`adaptive_decoding.framework.engine.step.forward` and :func:`~adaptive_decoding.framework.engine.step.refine` stages each
   report (``Cost``) exactly the forwards the denoiser received while they ran, and the cache
   refreshes among them;
 * ``DecodeResult.nfe`` sums to what the denoiser received over the call (no stage counted twice,
@@ -20,14 +20,14 @@ from typing import Any, Optional
 import pytest
 import torch
 
-from framework.engine import step
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision
-from framework.engine.controller_io import build_controller
-from framework.engine.lookahead import Lookahead
-from framework.engine.loop import decode
-from framework.engine.selection import select_topk
-from framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.engine import step
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller, Decision
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.lookahead import Lookahead
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
 
 PROMPTS = [[3, 4, 5], [6, 7], [8, 9, 10, 11]]
 #: the stages as the engine defines them (each decode below watches these, not a watched one)

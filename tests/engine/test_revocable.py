@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision
-from framework.engine.controller_io import build_controller
-from framework.engine.denoise import verification_logits, window_logits
-from framework.engine.loop import decode
-from framework.engine.selection import select_topk
-from framework.models.tiny import TinyConfig, TinyDenoiser
-from framework.testing.toys import JointDenoiser
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller, Decision
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.denoise import verification_logits, window_logits
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.testing.toys import JointDenoiser
 
 # a, b, c, x, y, z, e = 0..6 (as in test_lookahead): p(first) a .42 b .37 c .21, p(second) x .42 z .37 y .21
 GARDEN = dict(answers=[[0, 3, 6], [0, 4, 6], [2, 3, 6], [1, 5, 6]], weights=[0.21, 0.21, 0.21, 0.37],
@@ -38,8 +38,8 @@ def _own_llada(tmp_path, n_layers: int):
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    from framework.models.arch import load_architecture
-    from framework.models.own import OwnArchitectureDenoiser
+    from adaptive_decoding.framework.models.arch import load_architecture
+    from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
     arch = load_architecture(module.build_llada(tmp_path / "ckpt", seed=3, n_layers=n_layers, init_std=0.3))
     return OwnArchitectureDenoiser(arch, mask_token_id=arch.mask_token_id, vocab_size=arch.vocab_size,
@@ -104,7 +104,7 @@ def test_wino_drafts_low_and_remasks_what_fails_verification():
 
 
 def test_wino_rival_margin_keeps_a_mode_among_equals_and_revokes_an_outvoted_draft():
-    from framework.engine.features import FeatureOptions, StepWindow, compute_features
+    from adaptive_decoding.framework.engine.features import FeatureOptions, StepWindow, compute_features
 
     logits = torch.zeros(1, 4, 10)
     logits[0, 3, 0] = 9.0  # slot 3 masked and confident: this step's draft
@@ -145,7 +145,7 @@ def test_wino_verifies_inside_the_steps_own_forward_on_a_model_with_a_shadow_blo
             single = decode(model, [prompt], wino, cfg)
             assert torch.equal(single.generated[0], cached.generated[i]) and single.nfe[0] == cached.nfe[i], mode
     # a model without a shadow block under the cache: one counted probe forward per verified token
-    from framework.testing.toys import CachedToy
+    from adaptive_decoding.framework.testing.toys import CachedToy
 
     toy = CachedToy(JointDenoiser(**GARDEN))
     probed = decode(toy, [PROMPT], build_controller("wino", draft_threshold=0.9, verify_threshold=0.5,

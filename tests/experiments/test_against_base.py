@@ -3,8 +3,13 @@ its three targets (gain, ratio, no loss)."""
 
 from __future__ import annotations
 
-import controllers  # noqa: F401  (registers wino / remdm)
-from experiments.compare import against_base, against_base_markdown, against_base_summary, base_of
+import adaptive_decoding.controllers as controllers  # noqa: F401  (registers wino / remdm)
+from adaptive_decoding.experiments.compare import (
+    against_base,
+    against_base_markdown,
+    against_base_summary,
+    base_of,
+)
 from tests.experiments.test_matched import TARGETS
 
 BASE = TARGETS.against_base

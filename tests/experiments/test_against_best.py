@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from experiments.compare import against_best, against_best_markdown
-from experiments.report import write_report
+from adaptive_decoding.experiments.compare import against_best, against_best_markdown
+from adaptive_decoding.experiments.report import write_report
 from tests.experiments.test_matched import make_run, row
 
 G = 8.0

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments.aup import aup, kept_points, task_aup, weight
+from adaptive_decoding.experiments.aup import aup, kept_points, task_aup, weight
 
 
 def test_three_points_by_hand():

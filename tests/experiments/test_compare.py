@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.compare import Point, as_points, match, match_point
-from experiments.tables import figure, markdown_table
+from adaptive_decoding.experiments.compare import Point, as_points, match, match_point
+from adaptive_decoding.experiments.tables import figure, markdown_table
 
 
 def pt(strategy, accuracy, nfe, tpf, **kw) -> Point:

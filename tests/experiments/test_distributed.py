@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from experiments.distributed import merge_results, shard_indices, spawn
-from experiments.options import ExperimentOptions
-from experiments.workers import evaluate_jobs, run_experiment_worker
+from adaptive_decoding.experiments.distributed import merge_results, shard_indices, spawn
+from adaptive_decoding.experiments.options import ExperimentOptions
+from adaptive_decoding.experiments.workers import evaluate_jobs, run_experiment_worker
 
 ROOT = Path(__file__).resolve().parents[2]
-RANDOM_TINY = {"factory": "experiments.cells:tiny_model", "kwargs": {"task": "addition", "train_steps": 0}}
-TOY = {"factory": "experiments.cells:toy_model", "kwargs": {"task": "addition"}}
+RANDOM_TINY = {"factory": "adaptive_decoding.experiments.cells:tiny_model", "kwargs": {"task": "addition", "train_steps": 0}}
+TOY = {"factory": "adaptive_decoding.experiments.cells:toy_model", "kwargs": {"task": "addition"}}
 
 
 def test_shards_cover_every_item_once():
@@ -71,7 +71,7 @@ def test_two_process_evaluation_equals_one_process(tmp_path):
 
 
 def test_merge_puts_samples_back_in_order_and_takes_the_slowest_rank():
-    from framework.engine.evaluate import EvalResult, SampleResult
+    from adaptive_decoding.framework.engine.evaluate import EvalResult, SampleResult
 
     def part(ids, nfes, ms):
         s = [SampleResult(id=str(i), prompt="", answer="", output="", correct=float(i % 2), nfe=n, steps=n,
@@ -100,8 +100,8 @@ def test_multigpu_experiment_on_a_small_llada_checkpoint_two_processes(tmp_path)
     path = str(ROOT / "experiments" / "configs" / "llada_multigpu.yaml")
     options = ExperimentOptions.from_flat({"wandb_mode": "disabled", "progress": False, "command": "test"})
     two = spawn(run_experiment_worker, 2, path, str(tmp_path / "two"), options, overrides)
-    from experiments.parse import load_experiment
-    from experiments.runner import run_experiment
+    from adaptive_decoding.experiments.parse import load_experiment
+    from adaptive_decoding.experiments.runner import run_experiment
 
     one = run_experiment(load_experiment(path, overrides=overrides), tmp_path / "one", options)
     assert len(one.rows) == len(two.rows) == 2 * 8
@@ -118,7 +118,7 @@ def test_multigpu_experiment_on_a_small_llada_checkpoint_two_processes(tmp_path)
 
 SPAWN_SCRIPT = """
 import sys
-from experiments.distributed import spawn
+from adaptive_decoding.experiments.distributed import spawn
 
 def hello(ctx, word):
     out = ctx.gather(ctx.rank)
@@ -151,7 +151,7 @@ def test_spawned_ranks_leave_cleanly_and_keep_what_they_printed(tmp_path):
 @pytest.mark.ddp
 def test_lightning_ddp_training_smoke_on_two_cpu_processes(tmp_path):
     env = {**os.environ, "WANDB_MODE": "disabled", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-m", "experiments.workers", "train-smoke", "--out", str(tmp_path),
+    proc = subprocess.run([sys.executable, "-m", "adaptive_decoding.experiments.workers", "train-smoke", "--out", str(tmp_path),
                            "--steps", "3", "--batch-size", "16"], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=180)
     assert proc.returncode == 0, proc.stderr[-3000:]

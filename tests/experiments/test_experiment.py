@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-import experiments.runner as E
-from experiments.options import ExperimentOptions
-from experiments.parse import load_experiment, parse_experiment
-from experiments.runner import run_experiment
-from experiments.spec import ExperimentError, _controller_kind
+import adaptive_decoding.experiments.runner as E
+from adaptive_decoding.experiments.options import ExperimentOptions
+from adaptive_decoding.experiments.parse import load_experiment, parse_experiment
+from adaptive_decoding.experiments.runner import run_experiment
+from adaptive_decoding.experiments.spec import ExperimentError, _controller_kind
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,10 +26,10 @@ def quiet(**flat):
 
 
 def addition_g() -> int:
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.base import get_task
 
     return get_task("addition").gen_length
-TINY = {"factory": "experiments.cells:tiny_model",
+TINY = {"factory": "adaptive_decoding.experiments.cells:tiny_model",
         "kwargs": {"task": "{task}", "size": "tiny", "train_steps": 30, "seed": 0}}
 
 
@@ -119,7 +119,7 @@ def test_missing_tuned_file_is_an_error_or_a_skip_with_its_prepare_command(tmp_p
 def test_shipped_experiments_validate(name, tmp_path):
     overrides = {"on_missing": "skip"}
     if name in ("llada_multigpu", "phrases_long"):  # a checkpoint this machine may not have: a factory stands in
-        overrides["model"] = {"factory": "experiments.cells:tiny_model", "kwargs": {"task": "{task}"}}
+        overrides["model"] = {"factory": "adaptive_decoding.experiments.cells:tiny_model", "kwargs": {"task": "{task}"}}
     exp = load_experiment(ROOT / "experiments" / "configs" / f"{name}.yaml", overrides=overrides)
     kinds = {c.kind for c in exp.cells()}
     if name == "benchmark":  # the hard tasks: every parallel decoder is a curve of at least two points
@@ -234,7 +234,7 @@ def test_a_dotted_sweep_key_reaches_inside_a_sub_controller_spec():
 
 
 def test_a_verified_strategy_is_reported_under_its_drafters_family():
-    import controllers  # noqa: F401  (registers verified)
+    import adaptive_decoding.controllers as controllers  # noqa: F401  (registers verified)
 
     assert _controller_kind("verified") == "baseline"  # around fast_dllm, its default: WINO, a baseline
     assert _controller_kind("verified", {"inner": "learned", "inner_params": {"policy": "p.pt"}}) == "learned"
@@ -346,7 +346,7 @@ def test_runs_end_to_end_resumes_after_a_kill_and_never_recomputes(tmp_path, mon
 
 
 def test_a_finished_cell_whose_policy_file_changed_since_is_reported_stale(tmp_path):
-    from experiments.runner import stale_inputs
+    from adaptive_decoding.experiments.runner import stale_inputs
 
     policy, summary = tmp_path / "mlp.pt", tmp_path / "summary.json"
     policy.write_text("v1")
@@ -419,7 +419,7 @@ def test_wandb_gets_the_config_and_one_log_per_cell(tmp_path, monkeypatch):
 
 
 def test_cli_run_check_and_errors(tmp_path, capsys):
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     path = write(tmp_path, two_strategy("cli"))
     assert main(["run", str(path), "--check"]) == 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments.studies.first_step_ceiling import (
+from adaptive_decoding.experiments.studies.first_step_ceiling import (
     adaptive_count,
     clean_prefix,
     global_cut,
@@ -80,7 +80,7 @@ def test_an_adaptive_count_commits_more_where_the_profile_tells_how_far_is_safe(
 
 
 def test_the_command_runs_on_the_shipped_sudoku_model(capsys):
-    from experiments.studies.first_step_ceiling import main
+    from adaptive_decoding.experiments.studies.first_step_ceiling import main
 
     assert main(["--task", "sudoku9", "--n", "4", "--train", "8"]) == 0
     out = capsys.readouterr().out
@@ -89,7 +89,7 @@ def test_the_command_runs_on_the_shipped_sudoku_model(capsys):
 
 
 def test_bad_arguments_fail_with_what_is_allowed(capsys):
-    from experiments.studies.first_step_ceiling import main
+    from adaptive_decoding.experiments.studies.first_step_ceiling import main
 
     with pytest.raises(SystemExit):
         main(["--task-param", "grade"])

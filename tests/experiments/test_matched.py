@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.compare import matched_markdown, matched_points
-from experiments.report import aggregate, find_runs, write_report
-from experiments.targets import check_targets
+from adaptive_decoding.experiments.compare import matched_markdown, matched_points
+from adaptive_decoding.experiments.report import aggregate, find_runs, write_report
+from adaptive_decoding.experiments.targets import check_targets
 
 G = 8  # generated positions per sample: tokens per forward = 8 / NFE
 
@@ -235,7 +235,7 @@ def test_learned_targets_on_the_hand_made_sudoku(tmp_path):
 
 
 def test_learned_table_puts_the_best_learned_beside_the_best_non_learned_and_the_oracle(tmp_path):
-    from experiments.studies.learned_table import table
+    from adaptive_decoding.experiments.studies.learned_table import table
 
     rows = SUDOKU + [row("sudoku", "window_policy", "learned", 0.90, 8 / 6.8)]
     bench = {"tasks": {"sudoku": {"matched": matched_points(task_rows(rows, tmp_path),

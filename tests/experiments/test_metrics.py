@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from experiments.metrics import METRICS, MetricContext, MetricUnavailable, build_metric
-from framework.core.registry import UnknownNameError
-from framework.tasks.text import TextTask, repeated_ngram_rate
+from adaptive_decoding.experiments.metrics import METRICS, MetricContext, MetricUnavailable, build_metric
+from adaptive_decoding.framework.core.registry import UnknownNameError
+from adaptive_decoding.framework.tasks.text import TextTask, repeated_ngram_rate
 
 
 def test_exact_match_normalises_whitespace():
@@ -74,7 +74,7 @@ def test_gen_perplexity_of_a_uniform_lm_is_the_vocabulary_size():
 
 
 def test_gen_perplexity_is_lower_on_in_distribution_text(tmp_path):
-    from framework.training.causal_lm import load_causal_lm_folder, train_causal_lm
+    from adaptive_decoding.framework.training.causal_lm import load_causal_lm_folder, train_causal_lm
 
     torch.set_num_threads(1)
     task = TextTask(prompt_length=16, gen_length=16)
@@ -110,8 +110,8 @@ def test_mauve_without_its_package_fails_saying_which():
 
 # ---------------------------------------------------------------------- the real-text corpus and task
 def test_corpus_splits_by_paragraph_and_tokenizer_round_trips():
-    from framework.tasks.base import get_task
-    from framework.tasks.text import (
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.text import (
         corpus_stats,
         load_corpus,
         normalise,
@@ -141,11 +141,11 @@ def test_corpus_splits_by_paragraph_and_tokenizer_round_trips():
 
 
 def test_text_denoiser_trains_with_the_lightning_module_and_decodes(tmp_path):
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import evaluate
-    from framework.tasks.text import TextTask
-    from framework.training.text_model import load_text_folder, train_text_model
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.tasks.text import TextTask
+    from adaptive_decoding.framework.training.text_model import load_text_folder, train_text_model
 
     torch.set_num_threads(1)
     folder = train_text_model(tmp_path / "tiny-text", max_minutes=1.0, max_steps=5, model_size="tiny",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from experiments.plots import label_offsets
+from adaptive_decoding.experiments.plots import label_offsets
 
 
 def test_labels_of_a_cluster_stack_and_lone_points_keep_the_plain_offset():

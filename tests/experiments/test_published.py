@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.parse import parse_experiment
-from experiments.published import resolve_task, task_pairs
-from experiments.report import write_report
-from experiments.spec import ExperimentError
+from adaptive_decoding.experiments.parse import parse_experiment
+from adaptive_decoding.experiments.published import resolve_task, task_pairs
+from adaptive_decoding.experiments.report import write_report
+from adaptive_decoding.experiments.spec import ExperimentError
 
-TOY = {"factory": "experiments.cells:toy_model", "kwargs": {"task": "{task}"}}
+TOY = {"factory": "adaptive_decoding.experiments.cells:toy_model", "kwargs": {"task": "{task}"}}
 
 # Kim et al. 2025 (arXiv 2502.06768), Table 2: a 6M-parameter MDM on 9×9 Sudoku, one cell per step
 PAPER = {"title": "Sudoku, one cell per step: Kim et al. 2025 (Table 2) beside this run",
@@ -173,7 +173,7 @@ def test_report_without_published_and_with_a_figure_left_out(tmp_path):
 def test_the_run_folder_keeps_the_block_and_the_report_reads_it(tmp_path):
     """adec run (the designed toy denoiser: no training) stores the file with its published tables;
     adec report renders them from the run folder."""
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     d = doc(strategies=doc()["strategies"][:3])
     d["published"] = [{**PAPER, "rows": PAPER["rows"][::2]}]

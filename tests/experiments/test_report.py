@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.report import (
+from adaptive_decoding.experiments.report import (
     ReportError,
     aggregate,
     find_runs,
@@ -110,10 +110,10 @@ def test_report_of_a_real_run(tmp_path):
     """adec run on a tiny experiment, then adec report on its folder (the commands a user types)."""
     import yaml
 
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     doc = {"name": "rep", "n": 6, "batch_size": 6, "tasks": ["addition"],
-           "model": {"factory": "experiments.cells:tiny_model",
+           "model": {"factory": "adaptive_decoding.experiments.cells:tiny_model",
                      "kwargs": {"task": "{task}", "train_steps": 20}},
            "strategies": [{"controller": "sequential"},
                           {"controller": "fast_dllm", "params": {"threshold": 0.5}},
@@ -190,12 +190,12 @@ def test_a_swept_run_resumes_point_by_point_and_reports_one_curve(tmp_path, monk
     checked on hand-made rows above, this test checks the pipeline and the grouping."""
     import yaml
 
-    import experiments.runner as E
-    from experiments.aup import task_aup
-    from framework.cli.main import main
+    import adaptive_decoding.experiments.runner as E
+    from adaptive_decoding.experiments.aup import task_aup
+    from adaptive_decoding.framework.cli.main import main
 
     doc = {"name": "sweep", "n": 6, "batch_size": 6, "tasks": ["addition"],
-           "model": {"factory": "experiments.cells:toy_model", "kwargs": {"task": "{task}"}},
+           "model": {"factory": "adaptive_decoding.experiments.cells:toy_model", "kwargs": {"task": "{task}"}},
            "strategies": [{"controller": "sequential"},
                           {"controller": "fast_dllm", "sweep": {"threshold": [0.95, 0.6, 0.3]}}]}
     path = tmp_path / "sweep.yaml"

@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.parse import parse_experiment
-from experiments.report import ReportError, write_report
-from experiments.spec import ExperimentError
-from experiments.targets import AgainstBaseTargets, MatchedTargets, Targets, check_targets
+from adaptive_decoding.experiments.parse import parse_experiment
+from adaptive_decoding.experiments.report import ReportError, write_report
+from adaptive_decoding.experiments.spec import ExperimentError
+from adaptive_decoding.experiments.targets import AgainstBaseTargets, MatchedTargets, Targets, check_targets
 from tests.experiments.test_against_base import row as variant_row
 from tests.experiments.test_experiment import two_strategy
 from tests.experiments.test_matched import ADDITION, SUDOKU, make_run

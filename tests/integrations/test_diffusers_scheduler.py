@@ -1,10 +1,10 @@
-"""diffusers' ``LLaDA2Pipeline`` with the framework's scheduler (:mod:`framework.integrations.diffusers_scheduler`).
+"""diffusers' ``LLaDA2Pipeline`` with the framework's scheduler (:mod:`adaptive_decoding.framework.integrations.diffusers_scheduler`).
 
 On a tiny LLaDA2-MoE checkpoint in the real on-disk format (blocks of 4; the same one, sharpened
 the same way, as tests/engine/test_block_causal.py, where the framework's decode is checked against
 LLaDA2.0's published ``generate``), the installed diffusers pipeline decodes with
 ``FrameworkScheduler`` + ``PipelineDenoiser``: the answers, the whole generation and the forwards
-equal :func:`framework.engine.loop.decode`'s, for ``llada2`` and ``fast_dllm`` on designed prompts and
+equal :func:`adaptive_decoding.framework.engine.loop.decode`'s, for ``llada2`` and ``fast_dllm`` on designed prompts and
 for every registered controller. The pipeline's attention mask is shown not to be block-causal: what
 transformers makes of it on LLaDA2's published path (token-causal, or no mask = bidirectional), and
 what that does to the block's logits and tokens on the reference network.
@@ -22,17 +22,17 @@ import pytest
 import torch
 from diffusers import LLaDA2Pipeline
 
-from framework.core.params import ParameterError
-from framework.core.registry import UnknownNameError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import CONTROLLERS
-from framework.engine.controller_io import build_controller, save_controller
-from framework.engine.loop import decode
-from framework.engine.reference import with_reference
-from framework.integrations.diffusers_scheduler import FrameworkScheduler, PipelineDenoiser
-from framework.models.arch import load_architecture
-from framework.models.own import OwnArchitectureDenoiser
-from framework.testing.controller_harness import conformance_params_of
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.core.registry import UnknownNameError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import CONTROLLERS
+from adaptive_decoding.framework.engine.controller_io import build_controller, save_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.engine.reference import with_reference
+from adaptive_decoding.framework.integrations.diffusers_scheduler import FrameworkScheduler, PipelineDenoiser
+from adaptive_decoding.framework.models.arch import load_architecture
+from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
+from adaptive_decoding.framework.testing.controller_harness import conformance_params_of
 
 BS, MASK, EOS, V = 4, 310, 300, 320
 HEAD_SCALE = 40.0  # as in test_block_causal: a sharper head makes the decisions threshold-bound

@@ -21,17 +21,17 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")  # read when datasets is impor
 
 lm_eval = pytest.importorskip("lm_eval")
 
-from framework.core.params import ParameterError  # noqa: E402
-from framework.core.registry import UnknownNameError  # noqa: E402
-from framework.core.rng import stable_seed  # noqa: E402
-from framework.engine.config import DecodeConfig  # noqa: E402
-from framework.engine.controller_io import build_controller  # noqa: E402
-from framework.engine.evaluate import item_seeds  # noqa: E402
-from framework.engine.loop import decode  # noqa: E402
-from framework.integrations.lm_eval_model import AdecLM, cut_at_stops  # noqa: E402
-from framework.integrations.mc_likelihood import MCRequest, mc_loglikelihoods  # noqa: E402
-from framework.models.protocol import LoadedModel  # noqa: E402
-from framework.testing.toys import CharTokenizer  # noqa: E402
+from adaptive_decoding.framework.core.params import ParameterError  # noqa: E402
+from adaptive_decoding.framework.core.registry import UnknownNameError  # noqa: E402
+from adaptive_decoding.framework.core.rng import stable_seed  # noqa: E402
+from adaptive_decoding.framework.engine.config import DecodeConfig  # noqa: E402
+from adaptive_decoding.framework.engine.controller_io import build_controller  # noqa: E402
+from adaptive_decoding.framework.engine.evaluate import item_seeds  # noqa: E402
+from adaptive_decoding.framework.engine.loop import decode  # noqa: E402
+from adaptive_decoding.framework.integrations.lm_eval_model import AdecLM, cut_at_stops  # noqa: E402
+from adaptive_decoding.framework.integrations.mc_likelihood import MCRequest, mc_loglikelihoods  # noqa: E402
+from adaptive_decoding.framework.models.protocol import LoadedModel  # noqa: E402
+from adaptive_decoding.framework.testing.toys import CharTokenizer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 TASKS = ROOT / "tests" / "fixtures" / "lm_eval"
@@ -83,9 +83,9 @@ def lm_eval_env(monkeypatch, tmp_path):
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory) -> Path:
     """An untrained (seeded) tiny addition denoiser saved in this project's folder format."""
-    from experiments.cells import tiny_model
-    from framework.models.saved import save_pretrained
-    from framework.tasks.base import get_task
+    from adaptive_decoding.experiments.cells import tiny_model
+    from adaptive_decoding.framework.models.saved import save_pretrained
+    from adaptive_decoding.framework.tasks.base import get_task
 
     folder = tmp_path_factory.mktemp("tiny") / "model"
     save_pretrained(folder, tiny_model(task="addition").denoiser, task=get_task("addition"), recipe={},
@@ -113,7 +113,7 @@ def samples(res, task):
 ])
 def test_generate_until_equals_decode(lm_eval_env, tiny_folder, settings):
     """Through lm-eval's own model_args string: each answer is decode()'s text for that prompt, cut at '+'."""
-    from framework.training.zoo import load_model
+    from adaptive_decoding.framework.training.zoo import load_model
 
     args = ",".join([f"model={tiny_folder}"] + [f"{k}={v}" for k, v in settings.items()])
     res = evaluate("adec", ["adec_copy_gen"], model_args=args, device="cpu", batch_size=2)
@@ -267,8 +267,8 @@ def test_model_is_required_and_named_as_the_cli_names_it(tmp_path):
 def test_adec_lm_eval_runs_lm_evals_cli(lm_eval_env, tiny_folder, monkeypatch, capsys):
     import lm_eval.tasks
 
-    from framework.cli.lm_eval import lm_eval_argv
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.lm_eval import lm_eval_argv
+    from adaptive_decoding.framework.cli.main import main
 
     class LocalTasks(lm_eval.tasks.TaskManager):  # only the fixture tasks: indexing lm-eval's own takes long
         def __init__(self, *a, **kw):
@@ -293,7 +293,7 @@ def test_chat_templates_are_applied_once(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    from framework.models.hub_loading import HFTokenizer
+    from adaptive_decoding.framework.models.hub_loading import HFTokenizer
 
     vocab = ["[PAD]", "[UNK]", "[EOS]", "[MASK]", "hello", "world", "user", "assistant", "="]
     core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocab)}, unk_token="[UNK]"))

@@ -23,25 +23,25 @@ import pytest
 import torch
 from torch import nn
 
-from controllers.baselines import FastDLLM
-from framework.core.params import Param, ParameterError
-from framework.core.rng import stable_seed
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision
-from framework.engine.lookahead import LookaheadResult
-from framework.engine.selection import select_topk
-from framework.jobs.batcher import BatchSizer
-from framework.jobs.errors import JobInputError, OutputFileError
-from framework.jobs.options import JobOptions
-from framework.jobs.output import (
+from adaptive_decoding.controllers.baselines import FastDLLM
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.core.rng import stable_seed
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller, Decision
+from adaptive_decoding.framework.engine.lookahead import LookaheadResult
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.jobs.batcher import BatchSizer
+from adaptive_decoding.framework.jobs.errors import JobInputError, OutputFileError
+from adaptive_decoding.framework.jobs.options import JobOptions
+from adaptive_decoding.framework.jobs.output import (
     RESULT_FIELDS,
     RowSchemaError,
     read_results,
     validate_row,
 )
-from framework.jobs.runner import run_generation_job
-from framework.models.protocol import LoadedModel
-from framework.tasks.prompts import PromptItem
+from adaptive_decoding.framework.jobs.runner import run_generation_job
+from adaptive_decoding.framework.models.protocol import LoadedModel
+from adaptive_decoding.framework.tasks.prompts import PromptItem
 
 EOS, MASK, PAD, V = 20, 21, 22, 23
 ROOT = Path(__file__).resolve().parents[2]
@@ -373,8 +373,8 @@ TERM_CHILD = """
 import signal, sys
 sys.path.insert(0, {tests!r})
 import test_generate as T
-from framework import cli
-from framework.cli import generate
+from adaptive_decoding.framework import cli
+from adaptive_decoding.framework.cli import generate
 generate.load_model_for = lambda name, device, **options: T.model(T.InterruptAt(T.PromptEcho(), at={at}, sig=signal.SIGTERM))
 sys.exit(cli.main(["generate", "--input", {inp!r}, "--output", {out!r}, "--model", "echo", "--set", "gen_length=8",
                    "--set", "threshold=0.5", "--batch-size", "2", "--no-progress"]))
@@ -383,8 +383,8 @@ sys.exit(cli.main(["generate", "--input", {inp!r}, "--output", {out!r}, "--model
 
 @pytest.mark.slow  # a fresh interpreter imports every command (Lightning included): ~5-15 s
 def test_sigterm_stops_adec_generate_like_ctrl_c_and_the_rerun_completes(tmp_path, reference, monkeypatch, capsys):
-    from framework import cli
-    from framework.cli import generate
+    from adaptive_decoding.framework import cli
+    from adaptive_decoding.framework.cli import generate
 
     inp = write_prompts(tmp_path / "p.jsonl", [{"prompt": p, "id": f"q{i}"} for i, p in enumerate(PROMPTS)])
     out = tmp_path / "o.jsonl"
@@ -417,7 +417,7 @@ def test_output_with_other_settings_or_a_corrupt_row_is_refused(tmp_path, refere
 
 
 def test_retry_errors_reruns_only_the_error_rows_and_a_locked_output_is_refused(tmp_path):
-    from framework.jobs.output import ResultFile
+    from adaptive_decoding.framework.jobs.output import ResultFile
 
     out = tmp_path / "o.jsonl"
     Picky.BAD = {stable_seed(0, "q1")}
@@ -488,8 +488,8 @@ class BranchingKnobs(Knobs):
 
 
 def test_real_lookahead_with_a_failing_scorer_falls_back_per_step_and_loses_nothing(tmp_path):
-    from framework.engine.lookahead import Lookahead
-    from framework.engine.scorer import Scorer
+    from adaptive_decoding.framework.engine.lookahead import Lookahead
+    from adaptive_decoding.framework.engine.scorer import Scorer
 
     class Broken(Scorer):
         registry_name = "broken"
@@ -684,9 +684,9 @@ def test_rows_count_remasks_and_files_of_the_earlier_schema_still_resume(tmp_pat
 
 def test_item_deadline_is_checked_before_a_windowed_models_forwards_too():
     # the engine calls window_logits / shadow_window_logits of a windowed model, not its __call__
-    from framework.jobs.errors import DeadlineExceeded
-    from framework.jobs.guards import DeadlineModel
-    from framework.models.tiny import TinyConfig, TinyDenoiser
+    from adaptive_decoding.framework.jobs.errors import DeadlineExceeded
+    from adaptive_decoding.framework.jobs.guards import DeadlineModel
+    from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
 
     tiny = TinyDenoiser(TinyConfig(vocab_size=12, mask_token_id=11, pad_token_id=0, eos_token_id=1, max_len=16,
                                    d_model=16, n_layers=1, n_heads=2, d_ff=32)).eval()
@@ -707,8 +707,8 @@ def write_prompts(path: Path, lines: list) -> Path:
 
 
 def test_cli_generate_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
-    from framework import cli
-    from framework.cli import generate
+    from adaptive_decoding.framework import cli
+    from adaptive_decoding.framework.cli import generate
 
     loads = []
     monkeypatch.setattr(generate, "load_model_for", lambda name, device, **options: loads.append(name) or model())
@@ -739,12 +739,12 @@ def test_cli_generate_runs_resumes_and_reports(tmp_path, monkeypatch, capsys):
 
 def _adec(*args: str, timeout: int = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "framework.cli", *args], cwd=ROOT, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "adaptive_decoding.framework.cli", *args], cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout, env=env)
 
 
 def test_cli_refuses_bad_lines_and_a_corrupt_checkpoint_naming_the_file(tmp_path, tiny_folder, capsys):
-    from framework import cli
+    from adaptive_decoding.framework import cli
 
     inp = write_prompts(tmp_path / "p.jsonl", [{"prompt": "12+34="}, "{oops", {"prompt": "1+2=", "idd": "x"}])
     out = tmp_path / "r.jsonl"
@@ -772,10 +772,10 @@ def test_cli_refuses_bad_lines_and_a_corrupt_checkpoint_naming_the_file(tmp_path
 @pytest.fixture(scope="module")
 def tiny_folder(tmp_path_factory):
     """A saved (untrained) tiny denoiser in the project's format: loads through load_model."""
-    from framework.models.saved import save_pretrained
-    from framework.models.tiny import TinyConfig, TinyDenoiser
-    from framework.tasks.base import get_task
-    from framework.tasks.vocab import get_tokenizer
+    from adaptive_decoding.framework.models.saved import save_pretrained
+    from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.vocab import get_tokenizer
 
     tok = get_tokenizer()
     cfg = TinyConfig(vocab_size=tok.vocab_size, mask_token_id=tok.mask_token_id, pad_token_id=tok.pad_token_id,
@@ -791,7 +791,7 @@ def test_adec_generate_subprocess_with_a_real_checkpoint(tmp_path, tiny_folder):
                                                {"prompt": "123+456=" * 2, "id": "long"}])
     out = tmp_path / "r.jsonl"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "WANDB_MODE": "disabled", "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, "-m", "framework.cli", "generate", "--input", str(inp), "--output",
+    proc = subprocess.run([sys.executable, "-m", "adaptive_decoding.framework.cli", "generate", "--input", str(inp), "--output",
                            str(out), "--model", str(tiny_folder), "--no-progress"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 1, proc.stderr  # finished, with one error row

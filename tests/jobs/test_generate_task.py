@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from framework.cli.main import main
-from framework.jobs.output import read_results
+from adaptive_decoding.framework.cli.main import main
+from adaptive_decoding.framework.jobs.output import read_results
 
 ROOT = Path(__file__).resolve().parents[2]
 GEN = dict(gen_length=16, block_length=8)
@@ -34,9 +34,9 @@ def _module(path: Path, name: str):
 def _answered(loaded, questions: list[str]) -> list[dict]:
     """Rows whose answer is the sequential (one token per step) decode of the question, every fourth
     one wrong (the data task's prompt column is ``question``, so the prompt is the question)."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import decode_texts
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import decode_texts
 
     texts, _, _ = decode_texts(loaded, questions, build_controller("llada"), DecodeConfig(**GEN))
     return [{"question": q, "answer": t if i % 4 != 3 else "no such answer"}
@@ -47,7 +47,7 @@ def _answered(loaded, questions: list[str]) -> list[dict]:
 def own(tmp_path_factory):
     """A real-format LLaDA folder, its loaded model, a test JSONL file answered by :func:`_answered`
     and the ``--task`` flags that read it."""
-    from framework.models.zoo import load_model
+    from adaptive_decoding.framework.models.zoo import load_model
 
     tmp = tmp_path_factory.mktemp("generate-task")
     fx = _module(ROOT / "tests" / "fixtures" / "real_format" / "tokenizers.py", "_adec_tok_generate_task")
@@ -61,7 +61,7 @@ def own(tmp_path_factory):
 
 
 def _examples(own, n: int = len(QUESTIONS)):
-    from framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.base import get_task
 
     return get_task("data", **own["params"]).examples("test", n)
 
@@ -94,7 +94,7 @@ def test_task_split_is_decoded_scored_and_resumed(own, tmp_path, capsys):
 
 
 def test_the_model_seam_gets_the_task_and_n_and_set_apply(own, tmp_path, monkeypatch, capsys):
-    from framework.cli import generate
+    from adaptive_decoding.framework.cli import generate
 
     calls = []
     monkeypatch.setattr(generate, "load_model_for",
@@ -125,7 +125,7 @@ def test_input_and_task_together_or_neither_fail_naming_both(own, tmp_path, caps
 
 
 def test_more_rows_than_the_split_has_fail_before_the_model_loads(own, tmp_path, monkeypatch, capsys):
-    from framework.cli import generate
+    from adaptive_decoding.framework.cli import generate
 
     monkeypatch.setattr(generate, "load_model_for", lambda *a, **k: pytest.fail("the model was loaded"))
     out = tmp_path / "r.jsonl"

@@ -6,14 +6,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.core.params import Param
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import CONTROLLERS, Controller, Decision
-from framework.engine.controller_io import build_controller
-from framework.engine.selection import select_topk
-from framework.jobs.errors import ControllerFailure, DeadlineExceeded, ScorerFailure
-from framework.jobs.guards import guarded_decode
-from framework.testing.toys import ToyDenoiser
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import CONTROLLERS, Controller, Decision
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.selection import select_topk
+from adaptive_decoding.framework.jobs.errors import ControllerFailure, DeadlineExceeded, ScorerFailure
+from adaptive_decoding.framework.jobs.guards import guarded_decode
+from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
 CONFIG = DecodeConfig(gen_length=4)
 PROMPTS = [[1, 2], [3, 4]]
@@ -53,7 +53,7 @@ class SeesItself(Explodes):
 
 
 def test_the_loop_gets_the_controller_itself_and_results_equal_a_plain_decode():
-    from framework.engine.loop import decode
+    from adaptive_decoding.framework.engine.loop import decode
 
     ctrl = SeesItself()
     res = guarded_decode(toy(), PROMPTS, ctrl, CONFIG, name="sees", seeds=[0, 1])

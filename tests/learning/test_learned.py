@@ -8,22 +8,22 @@ import json
 import pytest
 import torch
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.learning.features import FEATURE_NAMES
-from framework.learning.policy import (
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.learning.features import FEATURE_NAMES
+from adaptive_decoding.framework.learning.policy import (
     PolicyFileError,
     PolicyNet,
     load_policy,
     save_policy,
     tiny_policy_file,
 )
-from framework.learning.rollouts import collect_rollouts
-from framework.tasks.base import get_task
-from framework.testing.carry import carry_model
-from framework.testing.toys import CouplingDenoiser
+from adaptive_decoding.framework.learning.rollouts import collect_rollouts
+from adaptive_decoding.framework.tasks.base import get_task
+from adaptive_decoding.framework.testing.carry import carry_model
+from adaptive_decoding.framework.testing.toys import CouplingDenoiser
 
 COL = {name: i for i, name in enumerate(FEATURE_NAMES)}
 
@@ -108,7 +108,7 @@ def test_threshold_decides_exactly_what_is_committed():
     policy = str(tiny_policy_file("logreg"))
     cfg = DecodeConfig(gen_length=8)
     prompts = [[1, 2], [3, 4, 5]]
-    from framework.testing.toys import ContextToyDenoiser
+    from adaptive_decoding.framework.testing.toys import ContextToyDenoiser
 
     all_at_once = decode(ContextToyDenoiser(), prompts,
                          build_controller("logreg", policy=policy, threshold=0.0), cfg)
@@ -122,10 +122,10 @@ def test_train_controller_cli_trains_and_the_policy_decodes(tmp_path, monkeypatc
     """``adec train-controller`` on the carry toy (a designed model: the oracle label is exactly
     "confidence ≥ 0.9"): both policies separate the rows, and decoding with the calibrated
     thresholds keeps sequential's accuracy with fewer forward passes."""
-    import framework.training.zoo
-    from framework.cli import train_controller as cmd
+    import adaptive_decoding.framework.training.zoo
+    from adaptive_decoding.framework.cli import train_controller as cmd
 
-    monkeypatch.setattr(framework.training.zoo, "load_model_for_task",
+    monkeypatch.setattr(adaptive_decoding.framework.training.zoo, "load_model_for_task",
                         lambda task, model=None, **k: (carry_model(), model or "carry"))
     parser = argparse.ArgumentParser(prog="adec")
     cmd.register(parser.add_subparsers())
@@ -158,8 +158,8 @@ def test_train_controller_cli_trains_and_the_policy_decodes(tmp_path, monkeypatc
 
 
 def test_bad_cli_values_fail_in_one_line(tmp_path):
-    from framework.cli import train_controller as cmd
-    from framework.cli.errors import CLIError
+    from adaptive_decoding.framework.cli import train_controller as cmd
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     parser = argparse.ArgumentParser(prog="adec")
     cmd.register(parser.add_subparsers())
@@ -172,15 +172,15 @@ def test_features_name_the_columns_a_policy_reads(tmp_path, monkeypatch):
     """--features self: the rows, the network and the file hold the 13 per-position columns only, and
     the policy decodes; an unknown name fails before any work, peer columns on a task without a
     declared structure before the model is loaded."""
-    import framework.training.zoo
-    from framework.cli import train_controller as cmd
-    from framework.cli.errors import CLIError
-    from framework.learning.features import SELF_FEATURES
-    from framework.learning.options import PolicyOptions
-    from framework.learning.pipeline import train_policy
+    import adaptive_decoding.framework.training.zoo
+    from adaptive_decoding.framework.cli import train_controller as cmd
+    from adaptive_decoding.framework.cli.errors import CLIError
+    from adaptive_decoding.framework.learning.features import SELF_FEATURES
+    from adaptive_decoding.framework.learning.options import PolicyOptions
+    from adaptive_decoding.framework.learning.pipeline import train_policy
 
     loads = []
-    monkeypatch.setattr(framework.training.zoo, "load_model_for_task",
+    monkeypatch.setattr(adaptive_decoding.framework.training.zoo, "load_model_for_task",
                         lambda task, model=None, **k: loads.append(task) or (carry_model(), model or "carry"))
     parser = argparse.ArgumentParser(prog="adec")
     cmd.register(parser.add_subparsers())
@@ -204,7 +204,12 @@ def test_features_name_the_columns_a_policy_reads(tmp_path, monkeypatch):
 
 
 def test_feature_lists_expand_groups_and_keep_the_framework_order():
-    from framework.learning.features import DEPENDENCE_FEATURES, PEER_FEATURES, SELF_FEATURES, parse_features
+    from adaptive_decoding.framework.learning.features import (
+        DEPENDENCE_FEATURES,
+        PEER_FEATURES,
+        SELF_FEATURES,
+        parse_features,
+    )
 
     assert parse_features("peer,self") == SELF_FEATURES + PEER_FEATURES
     assert parse_features(["margin", "confidence", "peer_leads"]) == ("confidence", "margin", "peer_leads")

@@ -8,16 +8,20 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.learning.features import FEATURE_NAMES, PEER_FEATURES, peer_columns
-from framework.learning.nets import PolicyNet
-from framework.learning.policy import load_policy, save_policy
-from framework.learning.rollouts import StepRecorder
-from framework.models.structure import generation_peers, generation_structure, task_generation_structure
-from framework.tasks.base import get_task
-from framework.testing.toys import CachedToy, ContextToyDenoiser
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.learning.features import FEATURE_NAMES, PEER_FEATURES, peer_columns
+from adaptive_decoding.framework.learning.nets import PolicyNet
+from adaptive_decoding.framework.learning.policy import load_policy, save_policy
+from adaptive_decoding.framework.learning.rollouts import StepRecorder
+from adaptive_decoding.framework.models.structure import (
+    generation_peers,
+    generation_structure,
+    task_generation_structure,
+)
+from adaptive_decoding.framework.tasks.base import get_task
+from adaptive_decoding.framework.testing.toys import CachedToy, ContextToyDenoiser
 
 GRID4 = {"kind": "sudoku", "size": 4, "offset": 0}  # a 4×4 Sudoku at generation positions 0 … 15
 

@@ -8,20 +8,25 @@ import math
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller import Controller, Decision
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.learning.dagger import collect_on_policy
-from framework.learning.features import FEATURE_NAMES
-from framework.learning.nets import PolicyNet, WindowPolicyNet
-from framework.learning.options import DaggerVisit, NetTraining, RunLogging
-from framework.learning.policy import load_policy, save_policy
-from framework.learning.rl import bernoulli_log_prob, group_advantages, reinforce_loss, reward
-from framework.learning.rollouts import RolloutDataset, collect_rollouts
-from framework.learning.train import policy_metrics, train_net
-from framework.learning.windows import to_windows
-from framework.testing.toys import CouplingDenoiser
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller import Controller, Decision
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.learning.dagger import collect_on_policy
+from adaptive_decoding.framework.learning.features import FEATURE_NAMES
+from adaptive_decoding.framework.learning.nets import PolicyNet, WindowPolicyNet
+from adaptive_decoding.framework.learning.options import DaggerVisit, NetTraining, RunLogging
+from adaptive_decoding.framework.learning.policy import load_policy, save_policy
+from adaptive_decoding.framework.learning.rl import (
+    bernoulli_log_prob,
+    group_advantages,
+    reinforce_loss,
+    reward,
+)
+from adaptive_decoding.framework.learning.rollouts import RolloutDataset, collect_rollouts
+from adaptive_decoding.framework.learning.train import policy_metrics, train_net
+from adaptive_decoding.framework.learning.windows import to_windows
+from adaptive_decoding.framework.testing.toys import CouplingDenoiser
 
 F = len(FEATURE_NAMES)
 CONF = FEATURE_NAMES.index("confidence")
@@ -203,15 +208,15 @@ def test_windows_group_rows_by_sample_and_step():
      "has no effect with --method dagger; it needs --method rl"),
 ])
 def test_bad_values_fail_before_any_work(argv, message, monkeypatch):
-    import framework.training.zoo
-    from framework.cli import train_controller as cmd
-    from framework.cli.errors import CLIError
+    import adaptive_decoding.framework.training.zoo
+    from adaptive_decoding.framework.cli import train_controller as cmd
+    from adaptive_decoding.framework.cli.errors import CLIError
 
     def no_work(*a, **k):
         raise AssertionError("a model was loaded before the options were checked")
 
-    monkeypatch.setattr(framework.training.zoo, "load_model", no_work)
-    monkeypatch.setattr(framework.training.zoo, "load_model_for_task", no_work)
+    monkeypatch.setattr(adaptive_decoding.framework.training.zoo, "load_model", no_work)
+    monkeypatch.setattr(adaptive_decoding.framework.training.zoo, "load_model_for_task", no_work)
     parser = argparse.ArgumentParser(prog="adec")
     cmd.register(parser.add_subparsers())
     args = parser.parse_args(["train-controller", "--task", "addition", *argv])
@@ -221,11 +226,11 @@ def test_bad_values_fail_before_any_work(argv, message, monkeypatch):
 
 
 def _cli(argv, monkeypatch):
-    import framework.training.zoo
-    from framework.cli import train_controller as cmd
-    from framework.testing.carry import carry_model
+    import adaptive_decoding.framework.training.zoo
+    from adaptive_decoding.framework.cli import train_controller as cmd
+    from adaptive_decoding.framework.testing.carry import carry_model
 
-    monkeypatch.setattr(framework.training.zoo, "load_model_for_task",
+    monkeypatch.setattr(adaptive_decoding.framework.training.zoo, "load_model_for_task",
                         lambda task, model=None, **k: (carry_model(), model or "carry"))
     parser = argparse.ArgumentParser(prog="adec")
     cmd.register(parser.add_subparsers())
@@ -276,7 +281,7 @@ def test_rl_fine_tune_logs_checkpoints_and_resumes(tmp_path, monkeypatch):
 def test_rl_with_verification_rolls_out_inside_verified_and_decodes_so(tmp_path, monkeypatch):
     import json
 
-    import framework.learning.rl as rl_mod
+    import adaptive_decoding.framework.learning.rl as rl_mod
 
     seen = []
     real = rl_mod.ActionRecorder.__init__
@@ -300,7 +305,7 @@ def test_rl_with_verification_rolls_out_inside_verified_and_decodes_so(tmp_path,
 
 
 def test_sampled_commits_centre_on_the_threshold_rule():
-    from controllers.learned import commit_probability
+    from adaptive_decoding.controllers.learned import commit_probability
 
     p = torch.tensor([0.9, 0.99, 0.999])
     q = commit_probability(p, 0.99)
@@ -319,9 +324,9 @@ def test_sampled_commits_centre_on_the_threshold_rule():
 
 def test_the_window_policy_is_tuned_by_name(tmp_path, monkeypatch):
     """``adec tune`` tunes a learned controller's threshold like any other controller's."""
-    from framework.testing.carry import carry_model
-    from framework.tuning.options import TuneOptions
-    from framework.tuning.study import tune_controller
+    from adaptive_decoding.framework.testing.carry import carry_model
+    from adaptive_decoding.framework.tuning.options import TuneOptions
+    from adaptive_decoding.framework.tuning.study import tune_controller
 
     out = tmp_path / "p"
     _cli(["--out", str(out), "--policy", "transformer", "--window-arch", "8,1,2", "--no-calibrate",
@@ -340,7 +345,7 @@ def test_the_window_policy_is_tuned_by_name(tmp_path, monkeypatch):
 def test_an_untrained_residual_policy_is_the_confidence_rule(kind, tmp_path):
     """logit p(safe) = logit(confidence) + g, g zero at the start: learned at τ decodes exactly as
     fast_dllm at τ (commit where confidence > τ, else the most confident)."""
-    from framework.learning.nets import build_net
+    from adaptive_decoding.framework.learning.nets import build_net
 
     net = build_net(kind, {"residual": True,
                            **({"d_model": 8, "layers": 1, "heads": 2} if kind == "transformer" else {})})
@@ -357,7 +362,7 @@ def test_an_untrained_residual_policy_is_the_confidence_rule(kind, tmp_path):
 
 
 def test_negative_weight_scales_the_unsafe_rows():
-    from framework.learning.train import masked_bce
+    from adaptive_decoding.framework.learning.train import masked_bce
 
     z, y, v = torch.zeros(1, 2), torch.tensor([[1.0, 0.0]]), torch.ones(1, 2, dtype=torch.bool)
     assert masked_bce(z, y, v).item() == pytest.approx(math.log(2))
@@ -368,8 +373,8 @@ def test_negative_weight_scales_the_unsafe_rows():
 
 
 def test_bad_rl_settings_fail_before_the_imitation_rollouts():
-    from framework.core.params import ParameterError
-    from framework.learning.options import PolicyOptions
+    from adaptive_decoding.framework.core.params import ParameterError
+    from adaptive_decoding.framework.learning.options import PolicyOptions
 
     for rl, message in (({"group": 1}, r"rl.group=1 is out of range; allowed: integer in \[2, inf\)"),
                         ({"threshold": 1.0}, r"rl.threshold=1.0 is out of range; allowed: strictly between 0"),

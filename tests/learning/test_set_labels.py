@@ -7,17 +7,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.learning.dagger import collect_on_policy
-from framework.learning.features import DEPENDENCE_FEATURES, FEATURE_NAMES, feature_matrix
-from framework.learning.options import DaggerVisit
-from framework.learning.policy import save_policy
-from framework.learning.rollouts import StepRecorder
-from framework.learning.set_labels import SetLabelError, collect_set_labelled, greedy_safe_set
-from framework.learning.train import train_logreg
-from framework.testing.toys import CachedToy
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.learning.dagger import collect_on_policy
+from adaptive_decoding.framework.learning.features import DEPENDENCE_FEATURES, FEATURE_NAMES, feature_matrix
+from adaptive_decoding.framework.learning.options import DaggerVisit
+from adaptive_decoding.framework.learning.policy import save_policy
+from adaptive_decoding.framework.learning.rollouts import StepRecorder
+from adaptive_decoding.framework.learning.set_labels import (
+    SetLabelError,
+    collect_set_labelled,
+    greedy_safe_set,
+)
+from adaptive_decoding.framework.learning.train import train_logreg
+from adaptive_decoding.framework.testing.toys import CachedToy
 
 MODES = ((0, 2), (1, 3))
 COMMA, K, V = 4, 3, 8
@@ -164,7 +168,7 @@ def test_which_of_two_guesses_leads_is_a_column_of_its_own():
     on a tie, 1 with no other uncertain position; a gap of 0.05 reads the same as one of 0.59."""
     from types import SimpleNamespace
 
-    from framework.learning.features import dependence_columns
+    from adaptive_decoding.framework.learning.features import dependence_columns
 
     conf = torch.tensor([[0.99, 0.40, 0.35, 0.99, 0.30, 0.30], [0.99, 0.50, 0.99, 0.99, 0.99, 0.99]])
     f = SimpleNamespace(eligible=torch.ones_like(conf, dtype=torch.bool), confidence=conf,
@@ -176,8 +180,8 @@ def test_which_of_two_guesses_leads_is_a_column_of_its_own():
 
 
 def test_the_tasks_verifiers_of_partial_answers():
-    from framework.tasks.base import get_task
-    from framework.tasks.pairs import PAIR_GROUPS
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.tasks.pairs import PAIR_GROUPS
 
     phrases = get_task("phrases")
     ex = phrases.examples("test", 1)[0]
@@ -206,7 +210,7 @@ def test_the_tasks_verifiers_of_partial_answers():
 def test_the_set_bound_commits_one_word_per_slot_then_the_rest():
     """experiments/studies/set_bound.py's hindsight controller on the pairs toy: the commas and one
     word of each slot in the first forward, their partners in the second, every answer coherent."""
-    from experiments.studies.set_bound import HindsightSet
+    from adaptive_decoding.experiments.studies.set_bound import HindsightSet
 
     res = decode(pairs_toy(), [[5]] * 3, HindsightSet([check] * 3), DecodeConfig(gen_length=G, block_length=G))
     assert res.nfe.tolist() == [2] * 3 and all(check(r, [True] * G) for r in res.generated.tolist())

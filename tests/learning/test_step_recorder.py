@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework import DecodeConfig, build_controller, decode
-from framework.learning.rollouts import StepRecorder
-from framework.testing.toys import BlockCausalToy, ContextToyDenoiser
+from adaptive_decoding.framework import DecodeConfig, build_controller, decode
+from adaptive_decoding.framework.learning.rollouts import StepRecorder
+from adaptive_decoding.framework.testing.toys import BlockCausalToy, ContextToyDenoiser
 
 
 class Recorder(StepRecorder):

@@ -1,4 +1,4 @@
-"""Hub adapters (framework.models.hub_adapters): tiny models built from configs and saved to tmp_path, loaded back
+"""Hub adapters (adaptive_decoding.framework.models.hub_adapters): tiny models built from configs and saved to tmp_path, loaded back
 through load_hub_model and decoded end to end. Nothing is downloaded.
 
 The LLaDA and Dream checkpoints are remote-code folders (config.json with an auto_map to the
@@ -16,18 +16,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.core.registry import UnknownNameError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.models.hub_adapters import (
+from adaptive_decoding.framework.core.registry import UnknownNameError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.models.hub_adapters import (
     HUB_ADAPTERS,
     LLADA_MASK_TOKEN_ID,
     DreamDenoiser,
     HubModelError,
     ModelNotCachedError,
 )
-from framework.models.hub_loading import HFTokenizer, detect_kind, load_hub_model
+from adaptive_decoding.framework.models.hub_loading import HFTokenizer, detect_kind, load_hub_model
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 WORDS = [f"w{i}" for i in range(8)]  # ids 4..11: the designed models' answers

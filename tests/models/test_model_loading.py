@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.models.hub_adapters import HubModelError, ModelNotCachedError
-from framework.models.hub_loading import (
+from adaptive_decoding.framework.models.hub_adapters import HubModelError, ModelNotCachedError
+from adaptive_decoding.framework.models.hub_loading import (
     cached_snapshot,
     hub_cache_dir,
     load_hub_model,
@@ -23,7 +23,7 @@ from framework.models.hub_loading import (
     resolve_dtype,
     resolve_model_path,
 )
-from framework.training.zoo import load_model
+from adaptive_decoding.framework.training.zoo import load_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_hub import VOCAB, remote_code_folder, word_tokenizer  # noqa: E402
@@ -95,9 +95,9 @@ def test_llada_without_eot_in_its_tokenizer_has_one_end_token(tmp_path):
 
 def test_llada_eos_confidence_option_ranks_eot_last_through_the_adapter(tmp_path):
     """End to end on the adapter: confidence_eos_inf sees <|eot_id|> through eos_token_ids."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.loop import decode
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.loop import decode
 
     den = load_hub_model(str(llada_checkpoint(tmp_path / "llada")), trust_remote_code=True).denoiser
     base = den.compute_logits
@@ -153,8 +153,8 @@ def test_missing_hub_name_says_how_to_fetch_it(monkeypatch, tmp_path):
 
 
 def test_names_that_are_nothing_list_what_was_tried(tmp_path):
-    from framework.core.registry import UnknownNameError
-    from framework.models.saved import CheckpointError
+    from adaptive_decoding.framework.core.registry import UnknownNameError
+    from adaptive_decoding.framework.models.saved import CheckpointError
 
     tried = r"no such model folder\. Tried: a folder .*does not exist.*built-in model name \(known: tiny-addition"
     with pytest.raises(CheckpointError, match=tried + r".*not of the form org/name"):
@@ -216,7 +216,7 @@ def test_own_architecture_claims_only_the_reference_classes():
               "auto_map": {"AutoConfig": "configuration_llada2_moe.LLaDA2MoeConfig",
                            "AutoModelForCausalLM": "modeling_llada2_moe.LLaDA2MoeModelLM"}}
     assert own_architecture(llada2) and not own_architecture({"model_type": "llada2_moe_veomni"})
-    # LLaDA-MoE is implemented (framework.models.arch.llada_moe), under either model_type its configs use
+    # LLaDA-MoE is implemented (adaptive_decoding.framework.models.arch.llada_moe), under either model_type its configs use
     assert own_architecture({"model_type": "llada", "architectures": ["LLaDAMoEModelLM"]})
     assert own_architecture({"model_type": "lladamoe", "architectures": ["LLaDAMoEModelLM"]})
     assert not own_architecture({"model_type": "llada", "architectures": ["LLaDAMoEFusedModelLM"]})  # a relative
@@ -225,8 +225,8 @@ def test_own_architecture_claims_only_the_reference_classes():
 def test_llada2_loads_as_its_own_architecture_with_its_ids(tmp_path):
     """LLaDA2-MoE: claimed by the llada2 adapter (not llada's substring match), run by the own
     implementation without remote code; the block-causal forward reaches the model through ``core``."""
-    from framework.models.arch import LLaDA2MoeModel
-    from framework.models.own import OwnArchitectureDenoiser
+    from adaptive_decoding.framework.models.arch import LLaDA2MoeModel
+    from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
     loaded = load_model(str(real_format("llada2", tmp_path / "llada2")), dtype="float32")
     den = loaded.denoiser
@@ -241,10 +241,10 @@ def test_llada2_loads_as_its_own_architecture_with_its_ids(tmp_path):
 @pytest.mark.parametrize("name, cls", [("llada", "LLaDAModel"), ("dream", "DreamModel")])
 def test_own_architecture_loads_without_remote_code(tmp_path, name, cls):
     """A checkpoint the framework implements itself loads without trust_remote_code (and decodes)."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.loop import decode
-    from framework.models.own import OwnArchitectureDenoiser
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.loop import decode
+    from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
     loaded = load_model(str(real_format(name, tmp_path / name)), dtype="auto")  # trust_remote_code=False
     den = loaded.denoiser
@@ -266,9 +266,9 @@ def test_a_relative_the_framework_does_not_implement_still_needs_trust(tmp_path)
 def test_query_chunk_reaches_the_own_architecture_and_is_refused_elsewhere(tmp_path):
     """``--query-chunk`` sets the own model's chunk (and changes no decision); a remote-code model,
     a model of this project's format and a chunk below 1 are refused naming the option."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.loop import decode
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.loop import decode
 
     folder = real_format("llada", tmp_path / "llada")
     plain, chunked = load_model(str(folder)), load_model(str(folder), query_chunk=2)
@@ -286,7 +286,7 @@ def test_query_chunk_reaches_the_own_architecture_and_is_refused_elsewhere(tmp_p
 
 
 def test_query_chunk_flag_is_checked_before_any_work(capsys):
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     assert main(["decode", "--model", "tiny-sudoku", "--query-chunk", "0", "--prompt", "1"]) != 0
     assert "--query-chunk=0 is out of range; allowed: ≥ 1" in capsys.readouterr().err
@@ -308,10 +308,10 @@ def _families():
 def test_the_new_families_load_by_folder_as_their_own_architecture(tmp_path, config_fn, kind, cls, block):
     """SDAR, Fast-dLLM v2 and LLaDA-MoE (released as model_type 'llada': not LLaDA's adapter, whose mask
     id 126336 would be wrong) load through load_model with their own adapter's ids and decode."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.loop import decode
-    from framework.models.own import OwnArchitectureDenoiser
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.loop import decode
+    from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
     fam = _families()
     overrides = {"sdar_config": {"block_size": 4, "mask_token_id": 310},

@@ -1,4 +1,4 @@
-"""framework.models resolves every model name by itself: saved folders keep their own vocabulary,
+"""adaptive_decoding.framework.models resolves every model name by itself: saved folders keep their own vocabulary,
 built-in names come from the tasks, and training a missing model is a hook the training layer adds."""
 
 from __future__ import annotations
@@ -12,11 +12,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.models import zoo
-from framework.models.saved import CheckpointError, save_pretrained
-from framework.models.tiny import TinyConfig, TinyDenoiser
-from framework.tasks.base import get_task
-from framework.tasks.vocab import LEGACY_VOCAB, VOCAB, TaskTokenizer, make_vocabulary, tokenizer_for
+from adaptive_decoding.framework.models import zoo
+from adaptive_decoding.framework.models.saved import CheckpointError, save_pretrained
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.tasks.base import get_task
+from adaptive_decoding.framework.tasks.vocab import (
+    LEGACY_VOCAB,
+    VOCAB,
+    TaskTokenizer,
+    make_vocabulary,
+    tokenizer_for,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,9 +35,9 @@ def tiny_model(vocab_size: int) -> TinyDenoiser:
 
 def test_packaged_sudoku9_decodes_as_before(tmp_path, monkeypatch):
     """The shipped model's ids and decisions are those recorded before vocabularies became per task."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.loop import decode
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.loop import decode
 
     monkeypatch.setenv("ADEC_CACHE", str(tmp_path))
     loaded = zoo.load_model("tiny-sudoku9", train_if_missing=False)
@@ -98,7 +104,7 @@ def test_builtin_names_come_from_the_tasks():
 def test_missing_builtin_without_a_builder_says_how_to_train(tmp_path, monkeypatch):
     monkeypatch.setenv("ADEC_CACHE", str(tmp_path))
     monkeypatch.setattr(zoo, "MISSING_BUILDERS", {})
-    with pytest.raises(CheckpointError, match=r"adec train-denoiser --task addition.*import framework.training"):
+    with pytest.raises(CheckpointError, match=r"adec train-denoiser --task addition.*import adaptive_decoding.framework.training"):
         zoo.load_model("tiny-addition")
     with pytest.raises(CheckpointError, match="train_if_missing=True"):
         zoo.load_model("tiny-addition", train_if_missing=False)
@@ -112,9 +118,9 @@ def test_missing_builtin_without_a_builder_says_how_to_train(tmp_path, monkeypat
 
 
 def test_loading_a_checkpoint_never_imports_training(tmp_path):
-    code = ("import sys; from framework.models.zoo import load_model; "
+    code = ("import sys; from adaptive_decoding.framework.models.zoo import load_model; "
             "m = load_model('tiny-sudoku9', train_if_missing=False); "
-            "print(sorted(k for k in sys.modules if k.startswith('framework.training') or k == 'pytorch_lightning'))")
+            "print(sorted(k for k in sys.modules if k.startswith('adaptive_decoding.framework.training') or k == 'pytorch_lightning'))")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "PYTHONPATH": str(ROOT), "ADEC_CACHE": str(tmp_path)})
     assert out.returncode == 0, out.stderr
@@ -122,9 +128,9 @@ def test_loading_a_checkpoint_never_imports_training(tmp_path):
 
 
 def test_importing_training_registers_the_builders():
-    import framework.training  # noqa: F401
-    from framework.training.text_model import train_missing_text_model
-    from framework.training.zoo import load_model, train_missing_builtin
+    import adaptive_decoding.framework.training  # noqa: F401
+    from adaptive_decoding.framework.training.text_model import train_missing_text_model
+    from adaptive_decoding.framework.training.zoo import load_model, train_missing_builtin
 
     assert zoo.MISSING_BUILDERS["denoiser"] is train_missing_builtin
     assert zoo.MISSING_BUILDERS["text"] is train_missing_text_model
@@ -132,15 +138,15 @@ def test_importing_training_registers_the_builders():
 
 
 def test_the_public_load_model_still_resolves():
-    import framework
+    import adaptive_decoding.framework as framework
 
     assert framework.load_model is zoo.load_model
 
 
 def test_a_subclass_task_does_not_inherit_the_built_in_model():
-    from framework.tasks.arithmetic import AdditionTask
-    from framework.tasks.base import TASKS
-    from framework.training.masked_diffusion import RECIPES, recipe_for
+    from adaptive_decoding.framework.tasks.arithmetic import AdditionTask
+    from adaptive_decoding.framework.tasks.base import TASKS
+    from adaptive_decoding.framework.training.masked_diffusion import RECIPES, recipe_for
 
     class WideAddition(AdditionTask):
         """Addition registered again under another name."""

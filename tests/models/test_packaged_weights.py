@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.evaluate import evaluate
-from framework.tasks.base import get_task
-from framework.training.zoo import load_model, packaged_dir
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.evaluate import evaluate
+from adaptive_decoding.framework.tasks.base import get_task
+from adaptive_decoding.framework.training.zoo import load_model, packaged_dir
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from framework import DecodeConfig, decode, load_model
-from framework.engine.controller_io import build_controller
+from adaptive_decoding.framework import DecodeConfig, decode, load_model
+from adaptive_decoding.framework.engine.controller_io import build_controller
 
 HERE = Path(__file__).resolve().parents[1] / "fixtures" / "real_format" / "tokenizers.py"
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode
-from framework.models.structure import structure_mask
-from framework.models.tiny import TinyConfig, TinyDenoiser
-from framework.tasks.base import get_task
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.models.structure import structure_mask
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.tasks.base import get_task
 
 SUDOKU = {"kind": "sudoku", "size": 9, "offsets": [0, 82]}
 

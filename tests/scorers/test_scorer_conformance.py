@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from framework.engine.scorer import SCORERS
-from framework.testing.scorer_conformance import (
+from adaptive_decoding.framework.engine.scorer import SCORERS
+from adaptive_decoding.framework.testing.scorer_conformance import (
     ScorerConformanceError,
     check_scorer,
     scorer_checks,
 )
-from scorers.consistency import Consistency
+from adaptive_decoding.scorers.consistency import Consistency
 
 CHECKS = list(scorer_checks())
 
@@ -38,7 +38,7 @@ def test_consistency_with_real_minilm_conforms(check_name, check):
 
 def test_suite_catches_a_batch_dependent_scorer():
 
-    from framework.engine.scorer import Scorer
+    from adaptive_decoding.framework.engine.scorer import Scorer
 
     class GroupZ(Scorer):
         """z-scores within the batch (a score that depends on the other candidates)."""
@@ -60,8 +60,8 @@ def test_suite_catches_a_batch_dependent_scorer():
 
 
 def test_suite_catches_logic_in_init_and_unvalidated_params():
-    from framework.core.params import Param
-    from framework.engine.scorer import Scorer
+    from adaptive_decoding.framework.core.params import Param
+    from adaptive_decoding.framework.engine.scorer import Scorer
 
     class Sloppy(Scorer):
         """stores a transformed value and never validates its range"""
@@ -79,7 +79,7 @@ def test_suite_catches_logic_in_init_and_unvalidated_params():
 
 
 def test_suite_catches_a_scorer_without_score():
-    from framework.engine.scorer import Scorer
+    from adaptive_decoding.framework.engine.scorer import Scorer
 
     class Blank(Scorer):
         """never scores"""

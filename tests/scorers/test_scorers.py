@@ -7,9 +7,9 @@ import math
 import pytest
 import torch
 
-from framework.core.params import ParameterError
-from framework.core.registry import UnknownNameError
-from framework.engine.scorer import (
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.core.registry import UnknownNameError
+from adaptive_decoding.framework.engine.scorer import (
     SCORERS,
     Candidates,
     ScoringContext,
@@ -17,8 +17,8 @@ from framework.engine.scorer import (
     parse_components,
     parse_scorer_spec,
 )
-from framework.testing.toys import CharTokenizer
-from framework.training.causal_lm import CausalConfig, CausalLM
+from adaptive_decoding.framework.testing.toys import CharTokenizer
+from adaptive_decoding.framework.training.causal_lm import CausalConfig, CausalLM
 
 TOK = CharTokenizer()
 
@@ -124,7 +124,7 @@ def test_consistency_real_minilm_prefers_on_topic_text():
     sc = build_scorer("consistency")
     s = sc.score(c, CTX)
     assert s[0] > s[1] + 0.1
-    from scorers.consistency import load_minilm
+    from adaptive_decoding.scorers.consistency import load_minilm
 
     assert load_minilm("cpu") is load_minilm("cpu")  # loaded once per process
 
@@ -218,7 +218,7 @@ def test_registry_has_every_builtin_and_entry_point_group():
 
 
 def test_scorer_clamps_and_cleans_bad_outputs():
-    from framework.engine.scorer import Scorer
+    from adaptive_decoding.framework.engine.scorer import Scorer
 
     class Wild(Scorer):
         """returns out-of-range and NaN values"""
@@ -235,9 +235,9 @@ def test_scorer_clamps_and_cleans_bad_outputs():
 def test_train_causal_lm_saves_a_verifier_that_prefers_coherent_pairs(tmp_path, monkeypatch):
     import shutil
 
-    from framework.models.saved import CheckpointError
-    from framework.tasks.base import get_task
-    from framework.training import causal_lm
+    from adaptive_decoding.framework.models.saved import CheckpointError
+    from adaptive_decoding.framework.tasks.base import get_task
+    from adaptive_decoding.framework.training import causal_lm
 
     res = causal_lm.train_causal_lm("pairs", max_steps=80, out_dir=tmp_path / "lm", wandb_mode="disabled",
                                     progress=False, val_size=32, n_test=0, val_every=80, batch_size=64,

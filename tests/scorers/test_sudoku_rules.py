@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from framework.engine.scorer import Candidates, ScoringContext, build_scorer
-from framework.tasks.sudoku9_solver import grid_units, units
-from framework.testing.toys import CharTokenizer
-from scorers.sudoku_rules import count_violations, parse_givens
+from adaptive_decoding.framework.engine.scorer import Candidates, ScoringContext, build_scorer
+from adaptive_decoding.framework.tasks.sudoku9_solver import grid_units, units
+from adaptive_decoding.framework.testing.toys import CharTokenizer
+from adaptive_decoding.scorers.sudoku_rules import count_violations, parse_givens
 
 TOK = CharTokenizer()
 SOLUTION = "1234341221434321"  # a valid 4 x 4 grid

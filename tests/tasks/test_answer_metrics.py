@@ -1,4 +1,4 @@
-"""The answer metrics (``framework.tasks.metrics``): registry, errors, and each metric's scoring,
+"""The answer metrics (``adaptive_decoding.framework.tasks.metrics``): registry, errors, and each metric's scoring,
 gsm8k checked against lm-eval's own filters and exact_match, code run in its sandbox."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from importlib import metadata
 import pytest
 import yaml
 
-from framework.core.params import ParameterError
-from framework.core.registry import Registry, UnknownNameError
-from framework.tasks.base import Example
-from framework.tasks.metrics import METRICS, Metric, MissingDependencyError, get_metric
-from framework.tasks.metrics.answers import committed_letter
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.core.registry import Registry, UnknownNameError
+from adaptive_decoding.framework.tasks.base import Example
+from adaptive_decoding.framework.tasks.metrics import METRICS, Metric, MissingDependencyError, get_metric
+from adaptive_decoding.framework.tasks.metrics.answers import committed_letter
 
 BUILTIN = {"exact": ("exact_match",), "regex": ("exact_match",), "choice": ("accuracy",),
            "gsm8k": ("flexible-extract", "strict-match"), "math": ("math_verify",), "bleu": ("bleu",),

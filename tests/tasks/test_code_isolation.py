@@ -22,12 +22,12 @@ import time
 
 import pytest
 
-from framework.cli.main import main
-from framework.core.params import ParameterError
-from framework.tasks.base import Example
-from framework.tasks.metrics import get_metric, jail, sandbox
-from framework.tasks.metrics.execution import CodePass
-from framework.tasks.metrics.sandbox import IsolationError
+from adaptive_decoding.framework.cli.main import main
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.tasks.base import Example
+from adaptive_decoding.framework.tasks.metrics import get_metric, jail, sandbox
+from adaptive_decoding.framework.tasks.metrics.execution import CodePass
+from adaptive_decoding.framework.tasks.metrics.sandbox import IsolationError
 
 ROW = {"test": "assert add(2, 3) == 5\n"}
 ANSWER = "def add(a, b):\n    return a + b\n"
@@ -277,7 +277,7 @@ def test_a_named_mechanism_that_does_not_work_says_why_and_what_does(monkeypatch
 
 def test_opting_out_runs_with_the_guard_alone_and_says_so(victim, caplog, monkeypatch):
     monkeypatch.setattr(sandbox, "_announced", set())
-    with caplog.at_level(logging.INFO, logger="framework.tasks.metrics.sandbox"):
+    with caplog.at_level(logging.INFO, logger="adaptive_decoding.framework.tasks.metrics.sandbox"):
         metric = get_metric("code", isolation="none")
         assert "NO file-system isolation" in metric.describe()
         assert metric.score(ANSWER, Example(id="e", prompt="", answer="", meta=ROW)) == 1.0
@@ -291,7 +291,7 @@ def test_mechanism_in_force_is_described_and_listed(mechanism, caplog, monkeypat
     metric = get_metric("code", isolation=mechanism)
     assert f"Isolation {mechanism}:" in metric.describe()
     assert type(metric).notes()[0].startswith("isolation in force here (auto): ")
-    with caplog.at_level(logging.WARNING, logger="framework.tasks.metrics.sandbox"):
+    with caplog.at_level(logging.WARNING, logger="adaptive_decoding.framework.tasks.metrics.sandbox"):
         sandbox.announce(metric._jail)
         sandbox.announce(metric._jail)
     assert [r.getMessage() for r in caplog.records] == [

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from framework.core.params import ParameterError
-from framework.tasks.base import TASKS, get_task
-from framework.tasks.data import DataTaskError, cut_at_stops, template_keys
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.tasks.base import TASKS, get_task
+from adaptive_decoding.framework.tasks.data import DataTaskError, cut_at_stops, template_keys
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "data"
@@ -216,7 +216,7 @@ def test_csv_json_and_parquet_read_alike(tmp_path, files):
 
 
 def test_experiment_yaml_builds_the_data_task(files):
-    from experiments.spec import TaskSpec
+    from adaptive_decoding.experiments.spec import TaskSpec
 
     spec = TaskSpec(name="data", params={"test": str(files["gsm8k_test"]), "prompt": "question",
                                          "until": ["Question:"], "metric": "exact", "metric_params": None})
@@ -307,7 +307,7 @@ def llada_and_data(tmp_path_factory):
     from test_hub import VOCAB, designed_answer
     from test_model_loading import llada_checkpoint
 
-    from framework.models.hub_loading import load_hub_model
+    from adaptive_decoding.framework.models.hub_loading import load_hub_model
 
     folder = llada_checkpoint(tmp_path_factory.mktemp("e2e") / "llada")
     loaded = load_hub_model(str(folder), trust_remote_code=True)
@@ -322,11 +322,11 @@ def llada_and_data(tmp_path_factory):
 
 
 def test_data_task_decodes_end_to_end_with_a_tiny_llada_checkpoint(llada_and_data):
-    """framework.engine.evaluate on the data task with a LLaDA-format checkpoint and a real tokenizer:
+    """adaptive_decoding.framework.engine.evaluate on the data task with a LLaDA-format checkpoint and a real tokenizer:
     the designed model's words, cut at the stop word, scored against the file's answers."""
-    from framework.engine.config import DecodeConfig
-    from framework.engine.controller_io import build_controller
-    from framework.engine.evaluate import evaluate
+    from adaptive_decoding.framework.engine.config import DecodeConfig
+    from adaptive_decoding.framework.engine.controller_io import build_controller
+    from adaptive_decoding.framework.engine.evaluate import evaluate
 
     loaded, _, path = llada_and_data
     task = get_task("data", test=str(path), prompt="question", until=["w0"], gen_length=16, block_length=16)
@@ -337,7 +337,7 @@ def test_data_task_decodes_end_to_end_with_a_tiny_llada_checkpoint(llada_and_dat
 
 
 def test_adec_run_takes_the_data_task_from_an_experiment_file(llada_and_data, tmp_path):
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     _, folder, path = llada_and_data
     exp = tmp_path / "mydata.yaml"

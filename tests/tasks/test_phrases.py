@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from framework.core.params import ParameterError
-from framework.tasks.base import Example, get_task
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.tasks.base import Example, get_task
 
 
 def test_layout_fixed_prompt_and_eos_padding():

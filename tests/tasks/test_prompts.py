@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from framework.core.params import ParameterError
-from framework.tasks.prompts import (
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.tasks.prompts import (
     LineProblem,
     PromptFileError,
     parse_prompt_line,

@@ -7,9 +7,15 @@ import random
 
 import pytest
 
-from framework.core.params import ParameterError
-from framework.tasks.base import get_task
-from framework.tasks.sudoku9_solver import carve, grade, is_valid_solution, random_grid, solve
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.tasks.base import get_task
+from adaptive_decoding.framework.tasks.sudoku9_solver import (
+    carve,
+    grade,
+    is_valid_solution,
+    random_grid,
+    solve,
+)
 
 # Arto Inkala's 2012 puzzle: one solution, far beyond singles
 INKALA = "800000000003600000070090200050007000000045700000100030001000068008500010090000400"

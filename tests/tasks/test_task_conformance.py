@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from framework.tasks.base import TASKS, Task, get_task
-from framework.testing.task_conformance import check_task, registered_tasks, task_checks
+from adaptive_decoding.framework.tasks.base import TASKS, Task, get_task
+from adaptive_decoding.framework.testing.task_conformance import check_task, registered_tasks, task_checks
 
 #: tasks over a user's files would be checked on the project's own fixture files (none yet: see below)
 FILE_TASKS: dict[str, dict] = {}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from framework.core.params import ParameterError
-from framework.core.registry import UnknownNameError
-from framework.models.protocol import Tokenizer
-from framework.tasks.base import SPLITS, TASKS, Example, get_task
-from framework.tasks.pairs import PAIR_GROUPS
-from framework.tasks.sudoku import sudoku_completions, sudoku_solutions, sudoku_valid
-from framework.tasks.vocab import TaskTokenizer, get_tokenizer
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.core.registry import UnknownNameError
+from adaptive_decoding.framework.models.protocol import Tokenizer
+from adaptive_decoding.framework.tasks.base import SPLITS, TASKS, Example, get_task
+from adaptive_decoding.framework.tasks.pairs import PAIR_GROUPS
+from adaptive_decoding.framework.tasks.sudoku import sudoku_completions, sudoku_solutions, sudoku_valid
+from adaptive_decoding.framework.tasks.vocab import TaskTokenizer, get_tokenizer
 
 BUILTIN = ("addition", "sorting", "sudoku", "pairs")
 

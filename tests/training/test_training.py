@@ -8,21 +8,21 @@ import math
 import pytest
 import torch
 
-from framework.core.registry import UnknownNameError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller
-from framework.engine.loop import decode, layout
-from framework.models.saved import (
+from adaptive_decoding.framework.core.registry import UnknownNameError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller
+from adaptive_decoding.framework.engine.loop import decode, layout
+from adaptive_decoding.framework.models.saved import (
     CheckpointError,
     default_cache_dir,
     load_pretrained,
     model_dir,
     save_pretrained,
 )
-from framework.models.tiny import TinyConfig, TinyDenoiser
-from framework.tasks.base import get_task
-from framework.training.data import collate, encode_example
-from framework.training.masked_diffusion import (
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.tasks.base import get_task
+from adaptive_decoding.framework.training.data import collate, encode_example
+from adaptive_decoding.framework.training.masked_diffusion import (
     MaskedDiffusionLM,
     exact_match,
     forward_process,
@@ -30,7 +30,7 @@ from framework.training.masked_diffusion import (
     sample_t,
     train_denoiser,
 )
-from framework.training.zoo import MODELS, load_model
+from adaptive_decoding.framework.training.zoo import MODELS, load_model
 
 TINY = dict(d_model=32, n_layers=2, n_heads=2, d_ff=64)
 
@@ -233,7 +233,7 @@ def test_hugging_face_folder_is_delegated_to_the_hub_adapter(tmp_path, monkeypat
     folder.mkdir()
     (folder / "config.json").write_text(json.dumps({"model_type": "bert", "vocab_size": 10}))
     calls = []
-    monkeypatch.setattr("framework.models.hub_loading.load_hub_model",
+    monkeypatch.setattr("adaptive_decoding.framework.models.hub_loading.load_hub_model",
                         lambda path, **kw: calls.append((path, kw)) or "hub-model")
     assert load_model(str(folder)) == "hub-model"
     # remote code stays off unless asked for; the chat template follows the tokenizer (None)
@@ -245,7 +245,7 @@ def test_hugging_face_folder_is_delegated_to_the_hub_adapter(tmp_path, monkeypat
 
 
 def test_cli_train_denoiser_prints_accuracy_and_checkpoint(tmp_path, capsys):
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     out = tmp_path / "cli"
     rc = main(["train-denoiser", "--task", "pairs", "--max-steps", "3", "--size", "tiny", "--wandb", "disabled",

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
-from framework.models.saved import CheckpointError, load_pretrained, model_dir
-from framework.models.tiny import TinyConfig, TinyDenoiser
-from framework.training.warm_start import warm_start
+from adaptive_decoding.framework.models.saved import CheckpointError, load_pretrained, model_dir
+from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.training.warm_start import warm_start
 
 TINY = dict(d_model=32, n_layers=2, n_heads=2, d_ff=64)
 
@@ -53,7 +53,7 @@ def test_warm_start_names_every_architecture_difference():
 
 
 def test_cli_trains_a_longer_phrases_model_from_a_shorter_one(tmp_path, capsys):
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     common = ["--task", "phrases", "--task-param", "min_groups=3", "--task-param", "max_groups=4",
               "--size", "tiny", "--wandb", "disabled", "--no-progress", "--n-test", "4", "--threads", "1"]
@@ -73,7 +73,7 @@ def test_cli_trains_a_longer_phrases_model_from_a_shorter_one(tmp_path, capsys):
 
 
 def test_cli_init_from_a_missing_folder_fails_before_training(tmp_path, capsys):
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     out = tmp_path / "never"
     rc = main(["train-denoiser", "--task", "pairs", "--size", "tiny", "--max-steps", "1", "--wandb", "disabled",
@@ -84,7 +84,7 @@ def test_cli_init_from_a_missing_folder_fails_before_training(tmp_path, capsys):
 
 
 def test_cli_init_from_another_size_fails_naming_the_fields_before_any_file(tmp_path, capsys):
-    from framework.cli.main import main
+    from adaptive_decoding.framework.cli.main import main
 
     common = ["train-denoiser", "--task", "pairs", "--max-steps", "1", "--wandb", "disabled", "--no-progress",
               "--n-test", "4", "--threads", "1"]

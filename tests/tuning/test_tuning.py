@@ -1,4 +1,4 @@
-"""``framework.tuning`` / ``adec tune``: studies that write, resume, share a storage and export.
+"""``adaptive_decoding.framework.tuning`` / ``adec tune``: studies that write, resume, share a storage and export.
 
 The model is :class:`CarryAdder`, a designed denoiser for 2-digit addition (no training, exact
 behaviour), so that accuracy and NFE really trade off against each other:
@@ -18,16 +18,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.core.params import ParameterError
-from framework.engine.config import DecodeConfig
-from framework.engine.controller_io import build_controller, load_controller
-from framework.engine.loop import decode
-from framework.tasks.base import get_task
-from framework.testing.carry import carry_model
-from framework.tuning.front import choose_trial
-from framework.tuning.options import TuneOptions
-from framework.tuning.storage import open_storage
-from framework.tuning.study import tune_controller
+from adaptive_decoding.framework.core.params import ParameterError
+from adaptive_decoding.framework.engine.config import DecodeConfig
+from adaptive_decoding.framework.engine.controller_io import build_controller, load_controller
+from adaptive_decoding.framework.engine.loop import decode
+from adaptive_decoding.framework.tasks.base import get_task
+from adaptive_decoding.framework.testing.carry import carry_model
+from adaptive_decoding.framework.tuning.front import choose_trial
+from adaptive_decoding.framework.tuning.options import TuneOptions
+from adaptive_decoding.framework.tuning.storage import open_storage
+from adaptive_decoding.framework.tuning.study import tune_controller
 
 TASK = dict(task="addition", task_params={"digits": 2})
 
@@ -110,8 +110,8 @@ def test_study_writes_resumes_and_exports(mode, tmp_path):
 
 
 def test_a_wrapper_is_tuned_together_with_its_inner_controller(tmp_path):
-    import controllers  # noqa: F401  (registers verified)
-    from framework.tuning.space import tuned_space
+    import adaptive_decoding.controllers as controllers  # noqa: F401  (registers verified)
+    from adaptive_decoding.framework.tuning.space import tuned_space
 
     cls = build_controller("verified").__class__
     assert set(tuned_space(cls)) == {"verify_threshold", "inner.threshold"}  # the default inner: fast_dllm
@@ -129,9 +129,9 @@ def test_a_wrapper_is_tuned_together_with_its_inner_controller(tmp_path):
 
 
 def test_composites_are_tuned_by_dotted_paths_into_their_nested_controllers():
-    import controllers  # noqa: F401
-    from framework.engine.controller import CONTROLLERS
-    from framework.tuning.space import tuned_space, with_point
+    import adaptive_decoding.controllers as controllers  # noqa: F401
+    from adaptive_decoding.framework.engine.controller import CONTROLLERS
+    from adaptive_decoding.framework.tuning.space import tuned_space, with_point
 
     ladder = CONTROLLERS.get("confidence_ladder")
     assert {"high", "base.eta", "base.k", "base.adapt"} <= set(tuned_space(ladder))
@@ -208,7 +208,7 @@ def test_a_study_with_every_trial_pruned_says_so_and_what_to_change():
 
     import optuna
 
-    from framework.tuning.front import NoCompleteTrialError
+    from adaptive_decoding.framework.tuning.front import NoCompleteTrialError
 
     P, F = optuna.trial.TrialState.PRUNED, optuna.trial.TrialState.FAIL
     trials = [NS(number=0, state=P, values=None), NS(number=1, state=P, values=None), NS(number=2, state=F, values=None)]
@@ -252,7 +252,7 @@ def test_a_failing_worker_names_its_traceback_and_the_study_keeps_its_trials(tmp
 
 
 def test_a_long_traceback_keeps_its_header_and_its_end_within_the_limit():
-    from framework.tuning.study import traceback_tail
+    from adaptive_decoding.framework.tuning.study import traceback_tail
 
     frames = "".join(f'  File "/a/very/long/path/{i}/module.py", line {i}, in f{i}\n    call()\n' for i in range(200))
     text = "Traceback (most recent call last):\n" + frames + "RuntimeError: designed failure\n"
@@ -266,7 +266,7 @@ def test_a_long_traceback_keeps_its_header_and_its_end_within_the_limit():
 def test_cli_help_and_plot(tmp_path, capsys):
     import argparse
 
-    from framework.cli import tune as tune_cmd
+    from adaptive_decoding.framework.cli import tune as tune_cmd
 
     parser = argparse.ArgumentParser(prog="adec")
     tune_cmd.register(parser.add_subparsers())
@@ -283,9 +283,9 @@ def test_cli_help_and_plot(tmp_path, capsys):
 
 
 def test_user_ranges_replace_the_declared_ones_and_are_checked_first(tmp_path):
-    import controllers  # noqa: F401
-    from framework.engine.controller import CONTROLLERS
-    from framework.tuning.space import tuned_space
+    import adaptive_decoding.controllers as controllers  # noqa: F401
+    from adaptive_decoding.framework.engine.controller import CONTROLLERS
+    from adaptive_decoding.framework.tuning.space import tuned_space
 
     margin = CONTROLLERS.get("margin_topk")
     space = tuned_space(margin, ranges={"eta": "0.9:0.999", "k": "1:4"})

@@ -1,6 +1,6 @@
 """Adaptive multi-step lookahead: branch at uncertain positions, roll out, score jointly, commit.
 
-The lookahead in three parts, each a small validated :class:`~framework.core.params.Configurable`:
+The lookahead in three parts, each a small validated :class:`~adaptive_decoding.framework.core.params.Configurable`:
 
 * :mod:`.candidates` — :class:`Branching`: **which candidates** (the hold, escalations
   ``escalate: [τ…]``, branch candidates: ``width``, ``positions``, ``branch``) and the step's
@@ -16,9 +16,9 @@ among them; :mod:`.window` the window/canvas bookkeeping of candidate rows; :mod
 benchmark's width/depth sweep. See docs/lookahead.md.
 """
 
-from framework.engine.lookahead.candidates import Branching, CandidatePlan
-from framework.engine.lookahead.facade import Lookahead, LookaheadResult
-from framework.engine.lookahead.ranking import Ranking
-from framework.engine.lookahead.rollout import Rollout
+from adaptive_decoding.framework.engine.lookahead.candidates import Branching, CandidatePlan
+from adaptive_decoding.framework.engine.lookahead.facade import Lookahead, LookaheadResult
+from adaptive_decoding.framework.engine.lookahead.ranking import Ranking
+from adaptive_decoding.framework.engine.lookahead.rollout import Rollout
 
 __all__ = ["Branching", "CandidatePlan", "Lookahead", "LookaheadResult", "Ranking", "Rollout"]

@@ -23,9 +23,9 @@ from typing import Any, Optional
 
 import torch
 
-from framework.core.params import Configurable, Param, ParameterError
-from framework.engine.controller import Decision
-from framework.engine.features import StepFeatures
+from adaptive_decoding.framework.core.params import Configurable, Param, ParameterError
+from adaptive_decoding.framework.engine.controller import Decision
+from adaptive_decoding.framework.engine.features import StepFeatures
 
 BRANCHES = ("lowest", "highest")
 

@@ -3,11 +3,11 @@
 At a step where the controller asks for depth d_b > 0 (``Decision.depth``), the loop calls
 :meth:`Lookahead.refine`. For every row b that can afford two candidates:
 
-1. **Which candidates** (:class:`~framework.engine.lookahead.candidates.Branching`): the hold, the
+1. **Which candidates** (:class:`~adaptive_decoding.framework.engine.lookahead.candidates.Branching`): the hold, the
    escalations, the branch candidates, at most ``width``.
-2. **How each is rolled out** (:class:`~framework.engine.lookahead.rollout.Rollout`): as an extra batch
+2. **How each is rolled out** (:class:`~adaptive_decoding.framework.engine.lookahead.rollout.Rollout`): as an extra batch
    row, its first step written, then up to d forwards of the fill rule ``rollout``.
-3. **How they are ranked** (:class:`~framework.engine.lookahead.ranking.Ranking`): the scorer on the
+3. **How they are ranked** (:class:`~adaptive_decoding.framework.engine.lookahead.ranking.Ranking`): the scorer on the
    completed rollouts (re-scored by pseudo-likelihood with ``rescore='pll'``), ``hold_bonus`` on the
    hold, lazily in order with ``lazy``.
 4. **Commit the winner's first step**, nothing more (with ``advance`` a > 1 also what its first
@@ -31,7 +31,7 @@ candidates commits directly.
 
 Failure: if planning, a rollout, the rollout controller or the scorer raises, the rows fall back to the
 controller's own decision for this step (``fallback``), the failure is logged on the
-``framework.engine.lookahead`` logger, and the NFE already spent is still counted.
+``adaptive_decoding.framework.engine.lookahead`` logger, and the NFE already spent is still counted.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from typing import Any, Optional
 
 import torch
 
-from framework.core.params import Configurable, Param, ParameterError, StopDecoding
-from framework.engine.controller import Decision, DecodeState
-from framework.engine.features import StepFeatures
-from framework.engine.lookahead.candidates import Branching, CandidatePlan
-from framework.engine.lookahead.ranking import (
+from adaptive_decoding.framework.core.params import Configurable, Param, ParameterError, StopDecoding
+from adaptive_decoding.framework.engine.controller import Decision, DecodeState
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.lookahead.candidates import Branching, CandidatePlan
+from adaptive_decoding.framework.engine.lookahead.ranking import (
     Ranking,
     Scores,
     best_candidates,
@@ -54,7 +54,7 @@ from framework.engine.lookahead.ranking import (
     rescore_pll,
     rollouts_as_candidates,
 )
-from framework.engine.lookahead.rollout import (
+from adaptive_decoding.framework.engine.lookahead.rollout import (
     Handback,
     Rollout,
     RolloutRows,
@@ -62,10 +62,10 @@ from framework.engine.lookahead.rollout import (
     roll_out,
     rollout_rows,
 )
-from framework.engine.lookahead.window import write_window
-from framework.engine.scorer import Scorer, ScoringContext
+from adaptive_decoding.framework.engine.lookahead.window import write_window
+from adaptive_decoding.framework.engine.scorer import Scorer, ScoringContext
 
-logger = logging.getLogger("framework.engine.lookahead")
+logger = logging.getLogger("adaptive_decoding.framework.engine.lookahead")
 
 #: flat keys that were renamed: the old key fails with a message naming the new one
 RENAMED = {"verify": "branch_pll"}
@@ -123,7 +123,7 @@ class Lookahead(Configurable):
         rollout_rule: how a candidate is rolled out (:class:`Rollout`: rollout, rollout_threshold,
             max_depth, advance, complete).
         ranking: how the rollouts are ranked (:class:`Ranking`: scorer, rescore, hold_bonus, lazy,
-            branch_pll); ``scorer`` is a :class:`framework.engine.scorer.Scorer` or a ``--scorer`` spec.
+            branch_pll); ``scorer`` is a :class:`adaptive_decoding.framework.engine.scorer.Scorer` or a ``--scorer`` spec.
         budget: most extra NFE per sample over the whole decode (0 = no lookahead).
 
     ``None`` for a part takes its defaults. A flat key reads and writes through to its part

@@ -1,6 +1,6 @@
 """How a lookahead step's rollouts are ranked (:class:`Ranking`), and the winner picked.
 
-Each completed rollout becomes a row of the scorer's :class:`~framework.engine.scorer.Candidates`:
+Each completed rollout becomes a row of the scorer's :class:`~adaptive_decoding.framework.engine.scorer.Candidates`:
 its generation, with a log-probability per position the step began with masked. With
 ``rescore='pll'`` those are the denoiser's pseudo-likelihood of the block, log p(v_i | every other
 token) (one shadow-block forward per candidate on models that have one, else one forward per
@@ -19,21 +19,21 @@ from typing import Any
 
 import torch
 
-from framework.core.measure import synced_clock
-from framework.core.params import Configurable, Param, ParameterError
-from framework.engine.controller import DecodeState
-from framework.engine.denoise import (
+from adaptive_decoding.framework.core.measure import synced_clock
+from adaptive_decoding.framework.core.params import Configurable, Param, ParameterError
+from adaptive_decoding.framework.engine.controller import DecodeState
+from adaptive_decoding.framework.engine.denoise import (
     supports_shadow,
     suppress_mask_logit,
     token_logprob,
     verification_logits,
     window_logits,
 )
-from framework.engine.features import StepFeatures
-from framework.engine.lookahead.candidates import CandidatePlan
-from framework.engine.lookahead.rollout import RolloutRows
-from framework.engine.lookahead.window import write_window
-from framework.engine.scorer import Candidates, Scorer, ScoringContext
+from adaptive_decoding.framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.lookahead.candidates import CandidatePlan
+from adaptive_decoding.framework.engine.lookahead.rollout import RolloutRows
+from adaptive_decoding.framework.engine.lookahead.window import write_window
+from adaptive_decoding.framework.engine.scorer import Candidates, Scorer, ScoringContext
 
 RESCORES = ("pll", "none")
 
@@ -42,7 +42,7 @@ class Ranking(Configurable):
     """How the rollouts are scored and in which order they are tried.
 
     Args:
-        scorer: a :class:`framework.engine.scorer.Scorer` or a ``--scorer`` spec string.
+        scorer: a :class:`adaptive_decoding.framework.engine.scorer.Scorer` or a ``--scorer`` spec string.
         rescore: ``pll`` scores completed rollouts by the pseudo-likelihood of the block; ``none`` by
             the probabilities recorded when each token was chosen.
         hold_bonus: added to the hold candidate's score, so committing anything else must win by more
@@ -200,7 +200,7 @@ def best_candidates(rows: RolloutRows, scores: Scores, width: int) -> tuple[torc
 def resolve_scorer(owner: Any) -> Scorer:
     """``owner.scorer`` as a :class:`Scorer`: a spec string is parsed once and kept on ``owner`` until it changes."""
     if isinstance(owner.scorer, str):
-        from framework.engine.scorer import parse_scorer_spec
+        from adaptive_decoding.framework.engine.scorer import parse_scorer_spec
 
         if getattr(owner, "_scorer_spec", None) != owner.scorer:
             owner._scorer_obj, owner._scorer_spec = parse_scorer_spec(owner.scorer), owner.scorer

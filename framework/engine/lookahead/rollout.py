@@ -23,25 +23,25 @@ from typing import Any, Optional
 
 import torch
 
-from framework.core.measure import synced_clock
-from framework.core.params import Configurable, Param
-from framework.engine.controller import DecodeState
-from framework.engine.denoise import suppress_mask_logit, window_logits
-from framework.engine.features import (
+from adaptive_decoding.framework.core.measure import synced_clock
+from adaptive_decoding.framework.core.params import Configurable, Param
+from adaptive_decoding.framework.engine.controller import DecodeState
+from adaptive_decoding.framework.engine.denoise import suppress_mask_logit, window_logits
+from adaptive_decoding.framework.engine.features import (
     FeatureOptions,
     StepFeatures,
     StepWindow,
     compute_features,
     sample_tokens,
 )
-from framework.engine.lookahead.candidates import CandidatePlan
-from framework.engine.lookahead.window import (
+from adaptive_decoding.framework.engine.lookahead.candidates import CandidatePlan
+from adaptive_decoding.framework.engine.lookahead.window import (
     step_token_logprob,
     window_index,
     window_valid,
     write_window,
 )
-from framework.engine.selection import ensure_progress, select_topk
+from adaptive_decoding.framework.engine.selection import ensure_progress, select_topk
 
 ROLLOUTS = ("threshold", "sequential", "controller")
 

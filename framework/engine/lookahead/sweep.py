@@ -8,11 +8,11 @@ from typing import Any, Optional
 
 import torch
 
-from framework.core.measure import tokens_per_forward
-from framework.core.options import ExampleDraw, IntListParam, Options
-from framework.core.params import Param
-from framework.engine.context import DecodeContext
-from framework.engine.lookahead.facade import Lookahead
+from adaptive_decoding.framework.core.measure import tokens_per_forward
+from adaptive_decoding.framework.core.options import ExampleDraw, IntListParam, Options
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.engine.context import DecodeContext
+from adaptive_decoding.framework.engine.lookahead.facade import Lookahead
 
 
 @dataclass(repr=False, eq=False)
@@ -70,9 +70,9 @@ def lookahead_sweep(loaded: Any, task: Any, controller: Any, config: Any, *, loo
 def _sweep_point(loaded: Any, task: Any, controller: Any, config: Any, la: Any, examples: list,
                  batch_size: int) -> dict[str, Any]:
     """One setting of the sweep: decode ``examples`` with lookahead ``la`` (or none) and measure it."""
-    from framework.core.measure import PeakMemory
-    from framework.engine.evaluate import answer_token_counts, item_seeds
-    from framework.engine.loop import decode
+    from adaptive_decoding.framework.core.measure import PeakMemory
+    from adaptive_decoding.framework.engine.evaluate import answer_token_counts, item_seeds
+    from adaptive_decoding.framework.engine.loop import decode
 
     tok = loaded.tokenizer
     texts: list[str] = []

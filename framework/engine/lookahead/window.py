@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from framework.engine.denoise import token_logprob
-from framework.engine.features import StepFeatures
+from adaptive_decoding.framework.engine.denoise import token_logprob
+from adaptive_decoding.framework.engine.features import StepFeatures
 
 
 def window_index(f: StepFeatures) -> torch.Tensor:

@@ -27,7 +27,7 @@ no padding support; completed blocks are appended to a ``DynamicCache``
 completed-block cache there; cache modes ``"none"`` and ``"block"``). Fast-dLLM v2's sub-block
 cache (``use_block_cache``: a sub-block run alone against the block's keys/values frozen at the last
 whole-block forward) is an approximation: not a cache mode of the model, but the loop option
-``sub_block_cache`` on top of ``"block"``, off by default (:mod:`framework.engine.denoise`). Checkpoint names are Qwen2's (see :mod:`.sdar`'s
+``sub_block_cache`` on top of ``"block"``, off by default (:mod:`adaptive_decoding.framework.engine.denoise`). Checkpoint names are Qwen2's (see :mod:`.sdar`'s
 table, without ``q_norm``/``k_norm``).
 """
 

@@ -1,6 +1,6 @@
 """Answer metrics as plugins: ``METRICS``, a registry like the controllers' and scorers'.
 
-A metric scores one generated text against one :class:`~framework.tasks.base.Example` (its
+A metric scores one generated text against one :class:`~adaptive_decoding.framework.tasks.base.Example` (its
 ``answer`` and its row's fields in ``meta``): ``get_metric(name, **params).scores(output, example)``
 gives its figures, headline first, each in [0, 1]. One module per family:
 
@@ -11,13 +11,13 @@ gives its figures, headline first, each in [0, 1]. One module per family:
 * :mod:`.execution`    ``code`` (pass@1 in an isolated subprocess: :mod:`.sandbox`, :mod:`.jail`)
 
 Every module of this package but the helpers in :data:`HELPER_MODULES` is imported
-(:func:`framework.core.registry.discover_plugins`), so a new metric family is one new file with
+(:func:`adaptive_decoding.framework.core.registry.discover_plugins`), so a new metric family is one new file with
 ``@METRICS.register`` classes: nothing lists the metric modules. Third-party packages add metrics
 through the ``adaptive_decoding.answer_metrics`` entry-point group (docs/metrics.md).
 """
 
-from framework.core.registry import discover_plugins
-from framework.tasks.metrics.base import (
+from adaptive_decoding.framework.core.registry import discover_plugins
+from adaptive_decoding.framework.tasks.metrics.base import (
     METRICS,
     Metric,
     MissingDependencyError,

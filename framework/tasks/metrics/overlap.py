@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 from typing import Any, ClassVar
 
-from framework.core.params import Param
-from framework.tasks.base import Example
-from framework.tasks.metrics.base import METRICS, Metric
+from adaptive_decoding.framework.core.params import Param
+from adaptive_decoding.framework.tasks.base import Example
+from adaptive_decoding.framework.tasks.metrics.base import METRICS, Metric
 
 
 @METRICS.register("bleu")

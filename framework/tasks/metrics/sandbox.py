@@ -1,6 +1,6 @@
 """The ``code`` metric's sandbox, parent side: which isolation works here, and running one program in it.
 
-Mechanisms, strongest first (the child side is :mod:`framework.tasks.metrics.jail`):
+Mechanisms, strongest first (the child side is :mod:`adaptive_decoding.framework.tasks.metrics.jail`):
 
 * ``namespaces``: ``unshare --user --map-root-user --mount --pid --net`` (util-linux), then in the
   child the whole file system read-only, nosuid and nodev except a private tmpfs scratch folder, a
@@ -36,7 +36,7 @@ import sys
 import tempfile
 from dataclasses import dataclass
 
-from framework.core.params import ParameterError
+from adaptive_decoding.framework.core.params import ParameterError
 
 MECHANISMS = ("namespaces", "landlock")
 CHOICES = ("auto", *MECHANISMS, "none")

@@ -6,7 +6,12 @@ cache utilities."""
 import pytest
 import torch
 
-from framework.models.arch import KVCache, dream_shift, dream_window_logits, load_architecture
+from adaptive_decoding.framework.models.arch import (
+    KVCache,
+    dream_shift,
+    dream_window_logits,
+    load_architecture,
+)
 
 ATOL = 1e-4
 L, S, E = 16, 6, 10  # sequence length, block [S, E); the suffix [E, L) stays masked

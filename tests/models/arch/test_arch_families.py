@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from framework.models.arch import (
+from adaptive_decoding.framework.models.arch import (
     CheckpointFormatError,
     FastDLLMv2Model,
     KVCache,
@@ -22,7 +22,7 @@ from framework.models.arch import (
     detect_architecture,
     load_architecture,
 )
-from framework.models.arch.variants import MoEFeedForward
+from adaptive_decoding.framework.models.arch.variants import MoEFeedForward
 
 ATOL = 1e-4
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "real_format" / "families.py"

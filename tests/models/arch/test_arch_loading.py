@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from framework.models.arch import (
+from adaptive_decoding.framework.models.arch import (
     CheckpointFormatError,
     DreamModel,
     LLaDAModel,
@@ -187,7 +187,7 @@ def test_arch_package_imports_only_torch_safetensors_and_stdlib():
     import sys
     from pathlib import Path
 
-    import framework.models.arch as arch
+    import adaptive_decoding.framework.models.arch as arch
 
     allowed = {"torch", "safetensors"} | set(sys.stdlib_module_names)
     for path in Path(arch.__file__).parent.glob("*.py"):

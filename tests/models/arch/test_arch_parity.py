@@ -4,7 +4,7 @@ folder, and load where transformers' ``from_pretrained`` of the remote code fail
 import pytest
 import torch
 
-from framework.models.arch import DreamModel, LLaDAModel, dream_shift, load_architecture
+from adaptive_decoding.framework.models.arch import DreamModel, LLaDAModel, dream_shift, load_architecture
 
 LLADA = ["llada", "llada_gqa_sharded"]
 DREAM = ["dream", "dream_mha_sharded"]
@@ -14,7 +14,7 @@ ATOL = 1e-4
 def test_framework_resolves_into_this_checkout():
     import pathlib
 
-    import framework
+    import adaptive_decoding.framework as framework
 
     assert pathlib.Path(framework.__file__).resolve().parents[1] == pathlib.Path(__file__).resolve().parents[3]
 

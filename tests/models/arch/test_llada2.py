@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from framework.models.arch import (
+from adaptive_decoding.framework.models.arch import (
     CheckpointFormatError,
     LLaDA2ArchConfig,
     LLaDA2MoeModel,

@@ -8,8 +8,8 @@ step with padded query rows (``write_valid``), WINO's shadow block (per-query ke
 import pytest
 import torch
 
-from framework.models.arch import load_architecture
-from framework.models.arch.layers import Block
+from adaptive_decoding.framework.models.arch import load_architecture
+from adaptive_decoding.framework.models.arch.layers import Block
 
 ATOL = 1e-4
 
@@ -98,7 +98,7 @@ def test_chunked_in_place_refresh_and_prefix_step_equal_one_pass(name, checkpoin
 
 
 def test_chunked_shadow_block_equals_one_pass(checkpoint):
-    from framework.models.own import OwnArchitectureDenoiser
+    from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
     own = load_architecture(checkpoint("llada_gqa_sharded"))
     den = OwnArchitectureDenoiser(own, mask_token_id=own.mask_token_id, vocab_size=own.vocab_size, pad_token_id=0)
