@@ -17,10 +17,7 @@ format (blocks of 4); the framework decodes the same checkpoint with its own arc
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
+import _adec_real_format_build as real_format_build  # loaded by tests/conftest.py
 import pytest
 import torch
 
@@ -35,20 +32,10 @@ BS, MASK, EOS, V = 4, 310, 300, 320
 HEAD_SCALE = 40.0  # a random tiny model is near uniform; a sharper head makes its decisions threshold-bound
 
 
-def _build_module():
-    name = "_adec_real_format_build"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "fixtures" / "real_format" / "build.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """(the framework's denoiser, the reference network) of one tiny LLaDA2-MoE checkpoint."""
-    build = _build_module()
+    build = real_format_build
     folder = build.build_llada2(tmp_path_factory.mktemp("llada2") / "ckpt", seed=3, block_size=BS)
     own, ref = load_architecture(folder, dtype=torch.float32), build.reference_model(folder)
     with torch.no_grad():

@@ -34,12 +34,11 @@ architecture; the final norm's weight is scaled on both so that decisions are th
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+import _adec_real_format_families as real_format_families  # loaded by tests/conftest.py
 import pytest
 import torch
 
@@ -55,17 +54,7 @@ FAST_BS, FAST_EOS = 8, 81
 HEAD_SCALE = 40.0  # a random tiny model is near uniform; a sharper head makes its decisions threshold-bound
 
 
-def _families():
-    name = "_adec_real_format_families"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "fixtures" / "real_format" / "families.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
-FAM = _families()
+FAM = real_format_families
 
 
 def _pair(folder: Path, eos: int) -> tuple[OwnArchitectureDenoiser, torch.nn.Module]:

@@ -15,10 +15,7 @@ framework's own LLaDA loaded from the same folder.
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
+import _adec_real_format_build as real_format_build  # loaded by tests/conftest.py
 import pytest
 import torch
 import torch.nn.functional as F
@@ -29,22 +26,10 @@ from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
 from adaptive_decoding.framework.testing.toys import ToyDenoiser
 
-BUILD = Path(__file__).resolve().parents[1] / "fixtures" / "real_format" / "build.py"
-
-
-def _build_module():
-    name = "_adec_real_format_build"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, BUILD)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
 
 @pytest.fixture(scope="module")
 def llada_folder(tmp_path_factory):
-    return _build_module().build_llada(tmp_path_factory.mktemp("llada") / "ckpt", seed=5, n_kv_heads=2,
+    return real_format_build.build_llada(tmp_path_factory.mktemp("llada") / "ckpt", seed=5, n_kv_heads=2,
                                         init_std=0.3)  # peaked enough that thresholds commit several tokens
 
 
@@ -57,7 +42,7 @@ def own_llada(llada_folder):
 
 @pytest.fixture(scope="module")
 def own_dream(tmp_path_factory):
-    folder = _build_module().build_dream(tmp_path_factory.mktemp("dream") / "ckpt", seed=6)
+    folder = real_format_build.build_dream(tmp_path_factory.mktemp("dream") / "ckpt", seed=6)
     arch = load_architecture(folder)
     return OwnArchitectureDenoiser(arch, mask_token_id=arch.mask_token_id if arch.mask_token_id is not None else 310,
                                    vocab_size=arch.vocab_size, eos_token_id=arch.eos_token_id,
@@ -230,7 +215,7 @@ def fast_dllm_reference(model, prompt, *, mode, gen_length, block_length, steps=
 @pytest.mark.parametrize("mode", ["prefix", "dual"])
 @pytest.mark.parametrize("rule", ["threshold", "steps"])
 def test_block_refresh_equals_fast_dllms_cached_generate(mode, rule, llada_folder, own_llada):
-    reference = _build_module().reference_model(llada_folder)
+    reference = real_format_build.reference_model(llada_folder)
     mask_id = own_llada.mask_token_id
     gen_length, block_length = 16, 4
     nfes = []

@@ -12,10 +12,7 @@ mask id, leaving the position masked)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
+import _adec_real_format_families as real_format_families  # loaded by tests/conftest.py
 import pytest
 import torch
 
@@ -29,19 +26,9 @@ MASK, V, EOS = 310, 320, 301
 HEAD_SCALE = 40.0  # a sharper head: the confidences spread, so the order of commits is decided
 
 
-def _families():
-    name = "_adec_real_format_families"
-    if name not in sys.modules:
-        path = Path(__file__).resolve().parents[1] / "fixtures" / "real_format" / "families.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    fam = _families()
+    fam = real_format_families
     folder = fam.build(tmp_path_factory.mktemp("lladamoe") / "ckpt", fam.llada_moe_config(), seed=4)
     own, ref = load_architecture(folder, dtype=torch.float32), fam.reference_model(folder)
     assert isinstance(own, LLaDAMoEModel)

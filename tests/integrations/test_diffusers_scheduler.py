@@ -12,12 +12,11 @@ what that does to the block's logits and tokens on the reference network.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 import warnings
 from pathlib import Path
 
+import _adec_real_format_build as real_format_build  # loaded by tests/conftest.py
 import pytest
 import torch
 from diffusers import LLaDA2Pipeline
@@ -42,20 +41,10 @@ CASES = [([5, 6, 7], 13), ([8, 9, 10, 11], 12), ([12, 13, 14, 15, 16, 17], 10), 
          ([30, 31, 32, 33], 16), ([5, 6, 7], 11)]
 
 
-def _build_module():
-    name = "_adec_real_format_build"
-    if name not in sys.modules:
-        path = ROOT / "tests" / "fixtures" / "real_format" / "build.py"
-        spec = importlib.util.spec_from_file_location(name, path)
-        sys.modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(sys.modules[name])
-    return sys.modules[name]
-
-
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
     """(the framework's denoiser, the reference network) of one tiny LLaDA2-MoE checkpoint."""
-    build = _build_module()
+    build = real_format_build
     folder = build.build_llada2(tmp_path_factory.mktemp("llada2") / "ckpt", seed=3, block_size=BS)
     own, ref = load_architecture(folder, dtype=torch.float32), build.reference_model(folder)
     with torch.no_grad():

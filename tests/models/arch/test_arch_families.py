@@ -3,11 +3,10 @@ code (``tests/fixtures/real_format/families.py``), on tiny checkpoints in the re
 logits in float32, left-padded batches equal to single rows, the block-causal cache equal to the
 full forward and to the published cache calls, MoE routing, and loading errors."""
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
+import _adec_real_format_families as real_format_families  # loaded by tests/conftest.py
 import pytest
 import torch
 
@@ -28,17 +27,7 @@ ATOL = 1e-4
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "real_format" / "families.py"
 
 
-def _families():
-    name = "_adec_real_format_families"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, FIXTURE)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
-
-
-FAM = _families()
+FAM = real_format_families
 CASES = {
     "sdar": (FAM.sdar_config, dict(), 11),
     "sdar_tied_b8": (FAM.sdar_config, dict(tie_word_embeddings=True, block_size=8, num_key_value_heads=4), 12),
