@@ -114,9 +114,12 @@ def test_missing_tuned_file_is_an_error_or_a_skip_with_its_prepare_command(tmp_p
     assert "skipping strategies[1]" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("name", ["smoke", "smoke_benchmark", "benchmark", "transfer", "verified", "verified_confirm", "llada_multigpu",
-                                  "phrases_long"])
+@pytest.mark.parametrize("name", sorted(p.stem for p in (ROOT / "experiments" / "configs").glob("*.yaml")))
 def test_shipped_experiments_validate(name, tmp_path):
+    """Every file of experiments/configs validates (a new one is checked without being listed)."""
+    if name == "llada_gsm8k":
+        pytest.skip("needs LLaDA-8B-Instruct and GSM8K in the local Hugging Face caches (validated by "
+                    "`adec run ... --check` where they are); nothing is downloaded here")
     overrides = {"on_missing": "skip"}
     if name in ("llada_multigpu", "phrases_long"):  # a checkpoint this machine may not have: a factory stands in
         overrides["model"] = {"factory": "adaptive_decoding.experiments.cells:tiny_model", "kwargs": {"task": "{task}"}}
