@@ -14,10 +14,11 @@
 #   6-8. the block-causal models at their released shapes, every layer (random weights), greedy, cache none
 #      and block side by side: decode and the bare block loop; one stage each: LLaDA2.0-mini (20 layers, 256
 #      experts top-8; batch 1, generation 128, 2 repeats: its experts run one after the other), SDAR-1.7B
-#      (28 layers, block 4) and Fast-dLLM v2 1.5B (28 layers), batch 1 and 8. The limits are estimates (no
+#      (28 layers, block 4) and Fast-dLLM v2 1.5B (28 layers; also its approximate sub-block cache), batch 1 and 8. The limits are estimates (no
 #      GPU has run these stages yet); T_LLADA2, T_SDAR, T_FAST change them.
-# ADEC (default: adec) is the command; on a machine without the package installed use
-#   PYTHONPATH=. ADEC="python3 -m adaptive_decoding.framework.cli" experiments/gpu_profile.sh
+# ADEC (default: adec) is the command. The folders import as adaptive_decoding.* only once installed:
+# on a fresh machine run `python3 -m venv .venv && .venv/bin/pip install -e .` first, then
+#   PATH=.venv/bin:$PATH PYTHON=.venv/bin/python experiments/gpu_profile.sh
 set -uo pipefail
 ADEC=${ADEC:-adec}
 PY=${PYTHON:-python3}
@@ -52,4 +53,5 @@ stage profile-llada2 "${T_LLADA2:-180}" $ADEC profile --arch llada2 --layers 20 
 stage profile-sdar "${T_SDAR:-120}" $ADEC profile --arch sdar --layers 28 "${BLOCK[@]}" --batch 1 8 --repeats 3 \
   --json "$OUT/profile-cuda-sdar-1.7b.json"
 stage profile-fast-dllm-v2 "${T_FAST:-90}" $ADEC profile --arch fast_dllm_v2 --layers 28 "${BLOCK[@]}" --batch 1 8 --repeats 3 \
+  --cache none block sub_block \
   --json "$OUT/profile-cuda-fast-dllm-v2-1.5b.json"
