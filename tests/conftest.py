@@ -1,6 +1,8 @@
 import os
 import tempfile
 
+import pytest
+
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -28,3 +30,25 @@ def _load_real_format() -> None:
 
 
 _load_real_format()
+
+
+@pytest.fixture(scope="module")
+def tiny_llada2(tmp_path_factory):
+    """A builder of (the framework's denoiser, the published reference network) for one tiny LLaDA2-MoE
+    checkpoint in the real on-disk format, both heads multiplied by ``head_scale`` (a random tiny model is
+    near uniform; a sharper head makes its decisions threshold-bound)."""
+    import _adec_real_format_build as build  # loaded by _load_real_format above
+    import torch
+
+    from adaptive_decoding.framework.models.arch import load_architecture
+    from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
+
+    def make(*, block_size: int, mask: int, eos: int, vocab: int, head_scale: float, seed: int = 3):
+        folder = build.build_llada2(tmp_path_factory.mktemp("llada2") / "ckpt", seed=seed, block_size=block_size)
+        own, ref = load_architecture(folder, dtype=torch.float32), build.reference_model(folder)
+        with torch.no_grad():
+            own.lm_head.weight.mul_(head_scale)
+            ref.lm_head.weight.mul_(head_scale)
+        return OwnArchitectureDenoiser(own, mask_token_id=mask, vocab_size=vocab, eos_token_id=eos), ref
+
+    return make

@@ -17,7 +17,6 @@ format (blocks of 4); the framework decodes the same checkpoint with its own arc
 
 from __future__ import annotations
 
-import _adec_real_format_build as real_format_build  # loaded by tests/conftest.py
 import pytest
 import torch
 
@@ -25,23 +24,15 @@ from adaptive_decoding.framework.core.params import ParameterError
 from adaptive_decoding.framework.engine.config import DecodeConfig
 from adaptive_decoding.framework.engine.controller_io import build_controller
 from adaptive_decoding.framework.engine.loop import decode
-from adaptive_decoding.framework.models.arch import load_architecture
-from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 
 BS, MASK, EOS, V = 4, 310, 300, 320
 HEAD_SCALE = 40.0  # a random tiny model is near uniform; a sharper head makes its decisions threshold-bound
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tiny_llada2):
     """(the framework's denoiser, the reference network) of one tiny LLaDA2-MoE checkpoint."""
-    build = real_format_build
-    folder = build.build_llada2(tmp_path_factory.mktemp("llada2") / "ckpt", seed=3, block_size=BS)
-    own, ref = load_architecture(folder, dtype=torch.float32), build.reference_model(folder)
-    with torch.no_grad():
-        own.lm_head.weight.mul_(HEAD_SCALE)
-        ref.lm_head.weight.mul_(HEAD_SCALE)
-    return OwnArchitectureDenoiser(own, mask_token_id=MASK, vocab_size=V, eos_token_id=EOS), ref
+    return tiny_llada2(block_size=BS, mask=MASK, eos=EOS, vocab=V, head_scale=HEAD_SCALE)
 
 
 def schedule(block_length: int, steps: int) -> list[int]:

@@ -16,7 +16,6 @@ import re
 import warnings
 from pathlib import Path
 
-import _adec_real_format_build as real_format_build  # loaded by tests/conftest.py
 import pytest
 import torch
 from diffusers import LLaDA2Pipeline
@@ -29,8 +28,6 @@ from adaptive_decoding.framework.engine.controller_io import build_controller, s
 from adaptive_decoding.framework.engine.loop import decode
 from adaptive_decoding.framework.engine.reference import with_reference
 from adaptive_decoding.framework.integrations.diffusers_scheduler import FrameworkScheduler, PipelineDenoiser
-from adaptive_decoding.framework.models.arch import load_architecture
-from adaptive_decoding.framework.models.own import OwnArchitectureDenoiser
 from adaptive_decoding.framework.testing.controller_harness import conformance_params_of
 
 BS, MASK, EOS, V = 4, 310, 300, 320
@@ -42,15 +39,9 @@ CASES = [([5, 6, 7], 13), ([8, 9, 10, 11], 12), ([12, 13, 14, 15, 16, 17], 10), 
 
 
 @pytest.fixture(scope="module")
-def models(tmp_path_factory):
+def models(tiny_llada2):
     """(the framework's denoiser, the reference network) of one tiny LLaDA2-MoE checkpoint."""
-    build = real_format_build
-    folder = build.build_llada2(tmp_path_factory.mktemp("llada2") / "ckpt", seed=3, block_size=BS)
-    own, ref = load_architecture(folder, dtype=torch.float32), build.reference_model(folder)
-    with torch.no_grad():
-        own.lm_head.weight.mul_(HEAD_SCALE)
-        ref.lm_head.weight.mul_(HEAD_SCALE)
-    return OwnArchitectureDenoiser(own, mask_token_id=MASK, vocab_size=V, eos_token_id=EOS), ref
+    return tiny_llada2(block_size=BS, mask=MASK, eos=EOS, vocab=V, head_scale=HEAD_SCALE)
 
 
 def pipeline(den, scheduler, model=None):
