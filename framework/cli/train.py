@@ -16,13 +16,22 @@ By default the folder is the cache entry of the built-in model tiny-TASK (so 'ad
 'adec bench' reuse it); if that entry already exists, a new folder under the cache's runs/ is
 used instead and the cached model is left alone.
 
-With --task-param (a task at another size) or --init-from, the model is not the built-in
+With --task-param (a task at another size), --init-from or --block-size, the model is not the built-in
 tiny-TASK, so it goes to --out (or a new folder under the cache's runs/), never the cache entry.
 --init-from starts from a trained model of the same size and vocabulary instead of random weights;
 a longer canvas gets its extra position rows from the model's last one, so only they need teaching.
 
+--block-size b trains a block-diffusion model (LLaDA2.x's and SDAR's layout): canvas blocks of b
+positions, each attending to itself and earlier blocks, trained with the two-copy objective (a
+noisy copy beside the clean one, so each block sees a clean prefix, as when it is decoded). With
+--init-from a bidirectional model it is adapted to blocks by fine-tuning, as Fast-dLLM v2 and SDAR
+adapt theirs; the built-in tiny-phrases-bd32 is made this way. Decoding then runs one block at a
+time, and the block length must be b.
+
 examples:
   adec train-denoiser --task addition
+  adec train-denoiser --task phrases --init-from tiny-phrases --block-size 32 --max-steps 400 \
+      --lr 1e-3 --out runs/models/phrases-bd32
   adec train-denoiser --task sudoku --minutes 5 --wandb disabled --out runs/sudoku
   adec train-denoiser --task phrases --task-param length=256 --init-from tiny-phrases \\
       --minutes 8 --lr 5e-4 --out runs/models/tiny-phrases-256
@@ -54,6 +63,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="Weights & Biases logging (default: offline; a CSV log is always written)")
     p.add_argument("--size", choices=tuple(MODEL_SIZES), default=None,
                    help="architecture preset (default: the task's recipe)")
+    p.add_argument("--block-size", type=_positive_int, default=None, metavar="B",
+                   help="train a block-diffusion model with canvas blocks of B (block-causal attention; "
+                        "default: bidirectional)")
     p.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the recipe)")
     p.add_argument("--batch-size", type=int, default=None, help="training batch size (default: the recipe)")
     p.add_argument("--n-test", type=int, default=None,
@@ -62,6 +74,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="torch threads (default: the idle cores by the load average, at least 1)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.set_defaults(func=run)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a block size; allowed: a positive integer")
+    return value
+
+
+def _model_size(args: argparse.Namespace) -> Any:
+    """``--size``, or with ``--block-size`` the preset's fields (``--size`` or the task's) plus it."""
+    if args.block_size is None:
+        return args.size
+    from adaptive_decoding.framework.models.tiny import MODEL_SIZES
+    from adaptive_decoding.framework.tasks.base import recipe_for
+
+    preset = args.size or recipe_for(args.task).size
+    return dict(preset if isinstance(preset, dict) else MODEL_SIZES[preset], block_size=args.block_size)
 
 
 def trainable_tasks(tasks: Any) -> list[str]:
@@ -86,7 +119,7 @@ def denoiser_options(args: argparse.Namespace, out: Path) -> Any:
     from adaptive_decoding.framework.training.options import DenoiserOptions
 
     return DenoiserOptions.from_flat({
-        "max_minutes": args.minutes, "max_steps": args.max_steps, "model_size": args.size, "lr": args.lr,
+        "max_minutes": args.minutes, "max_steps": args.max_steps, "model_size": _model_size(args), "lr": args.lr,
         "batch_size": args.batch_size, "n_test": args.n_test, "out_dir": str(out), "seed": args.seed,
         "init_from": args.init_from, "num_threads": args.threads, "wandb_mode": args.wandb,
         "progress": not args.no_progress,
@@ -112,7 +145,7 @@ def run(args: argparse.Namespace) -> int:
     else:  # train under runs/, then move into the cache entry if it is still free
         out = _runs_dir(task.name)
         name = f"tiny-{task.name}"
-        builtin = not args.task_params and args.init_from is None
+        builtin = not args.task_params and args.init_from is None and args.block_size is None
         if builtin and name in MODELS and not model_dir(name).exists():
             cache_entry = model_dir(name)
     result = train_denoiser(task, denoiser_options(args, out))

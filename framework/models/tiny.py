@@ -40,6 +40,9 @@ class TinyConfig:
     dropout: float = 0.0
     #: structured attention (:mod:`adaptive_decoding.framework.models.structure`), ``None`` = full attention
     structure: Optional[dict] = None
+    #: block diffusion (LLaDA2.x / SDAR layout): canvas blocks ``[i·b, (i+1)·b)`` attend to blocks ``≤ i``;
+    #: ``None`` = bidirectional over the whole canvas
+    block_size: Optional[int] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -47,7 +50,9 @@ class TinyConfig:
 
 class TinyDenoiser(WindowedDenoiser, nn.Module):
     """A small bidirectional Transformer that predicts every position's token (no time input,
-    as in LLaDA: the masks themselves tell the model how far decoding has come)."""
+    as in LLaDA: the masks themselves tell the model how far decoding has come). With
+    ``config.block_size`` b it is a block-diffusion model: block-causal over canvas blocks of b
+    (:meth:`WindowedDenoiser.key_mask`), decoded one block at a time like LLaDA2.x and SDAR."""
 
     def __init__(self, config: TinyConfig) -> None:
         super().__init__()
@@ -56,6 +61,9 @@ class TinyDenoiser(WindowedDenoiser, nn.Module):
         self.pad_token_id = config.pad_token_id
         self.eos_token_id = config.eos_token_id
         self.vocab_size = config.vocab_size
+        if config.block_size is not None and int(config.block_size) < 1:
+            raise ValueError(f"TinyConfig.block_size={config.block_size!r}; allowed: a positive block size or None")
+        self.block_size = None if config.block_size is None else int(config.block_size)
         self.tok = nn.Embedding(config.vocab_size, config.d_model)
         self.pos = nn.Embedding(config.max_len, config.d_model)
         layer = nn.TransformerEncoderLayer(

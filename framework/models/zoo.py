@@ -45,7 +45,7 @@ from adaptive_decoding.framework.models.saved import (
     model_dir,
     read_json,
 )
-from adaptive_decoding.framework.models.tiny import TinyConfig, TinyDenoiser
+from adaptive_decoding.framework.models.tiny import MODEL_SIZES, TinyConfig, TinyDenoiser
 from adaptive_decoding.framework.tasks.text import (
     TEXT_MODEL,  # the character-level English model (its own tokenizer)
 )
@@ -53,34 +53,55 @@ from adaptive_decoding.framework.tasks.text import (
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A built-in model: which task it is trained on, with which recipe overrides."""
+    """A built-in model: which task it is trained on, with which recipe overrides; a block size
+    (block diffusion) and a built-in model to warm-start from, for a task's model variants."""
 
     task: str
     description: str = ""
     size: Optional[str] = None
     seed: int = 0
+    block_size: Optional[int] = None
+    init_from: Optional[str] = None
+    overrides: tuple[tuple[str, Any], ...] = ()
 
     def recipe(self) -> dict[str, Any]:
-        """The task's declared recipe (``Task.recipe``) with this model's size and seed."""
+        """The task's declared recipe (``Task.recipe``) with this model's size, seed and overrides;
+        with a block size, ``size`` becomes the preset's fields plus ``block_size``."""
         from adaptive_decoding.framework.tasks.base import recipe_for
 
         r = recipe_for(self.task).to_dict()
         if self.size is not None:
             r["size"] = self.size
+        r.update(dict(self.overrides))
+        if self.block_size is not None:
+            preset = r["size"] if isinstance(r["size"], dict) else MODEL_SIZES[r["size"]]
+            r["size"] = dict(preset, block_size=self.block_size)
         r["seed"] = self.seed
         return r
+
+    def training_overrides(self) -> dict[str, Any]:
+        """What ``train_denoiser`` is given for this model beyond the task's recipe (flat names)."""
+        r = self.recipe()
+        out = {k: r[k] for k, _ in self.overrides}
+        out.update(model_size=r["size"], seed=self.seed, init_from=self.init_from)
+        return out
 
 
 class ModelRegistry(Registry[ModelSpec]):
     """:class:`Registry` of built-in model names that also lists, on every lookup, the model each
-    registered task declares (``Task.model_name``), so a new task needs no line here."""
+    registered task declares (``Task.model_name``, and its ``Task.model_variants``), so a new task
+    needs no line here."""
 
     def sync_tasks(self) -> None:
-        from adaptive_decoding.framework.tasks.base import builtin_models
+        from adaptive_decoding.framework.tasks.base import builtin_model_variants, builtin_models
 
         for model, task, description in builtin_models():
             if not Registry.__contains__(self, model):
                 self.add(model, ModelSpec(task, description))
+        for task, v in builtin_model_variants():
+            if not Registry.__contains__(self, v.name):
+                self.add(v.name, ModelSpec(task, v.description, block_size=v.block_size, init_from=v.init_from,
+                                           overrides=tuple(v.recipe)))
 
     def get(self, name: str) -> ModelSpec:
         self.sync_tasks()

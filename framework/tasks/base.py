@@ -25,6 +25,19 @@ _SPLIT_BOUNDS = {"train": (0, 800), "validation": (800, 900), "test": (900, 1000
 
 
 @dataclass(frozen=True)
+class ModelVariant:
+    """A further built-in model of a task: ``name``, warm-started from the built-in model
+    ``init_from`` (or trained from scratch when ``None``), with the tiny denoiser's ``block_size``
+    (block diffusion; ``None``: bidirectional) and the :class:`Recipe` fields in ``recipe`` replaced."""
+
+    name: str
+    description: str = ""
+    block_size: Optional[int] = None
+    init_from: Optional[str] = None
+    recipe: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
 class Recipe:
     """How the tiny denoiser of a task is trained by default (every field can be overridden by
     ``adaptive_decoding.framework.training.masked_diffusion.train_denoiser``): architecture preset ``size``, the step
@@ -78,6 +91,9 @@ class Task(Configurable):
     model_name: ClassVar[Optional[str]] = None
     #: one line for ``adec list models``
     model_description: ClassVar[str] = ""
+    #: further built-in models of this task (:class:`ModelVariant`), e.g. a block-diffusion one;
+    #: read from the declaring class like :attr:`model_name`
+    model_variants: ClassVar[tuple["ModelVariant", ...]] = ()
 
     # ------------------------------------------------------------------ to implement
     def _sample(self, rng: random.Random) -> tuple[str, str, dict]:  # pragma: no cover
@@ -273,6 +289,11 @@ def recipe_for(task_name: str) -> Recipe:
     if task_name not in TASKS:
         return Recipe()
     return TASKS.get(task_name).training_recipe()
+
+
+def builtin_model_variants() -> list[tuple[str, ModelVariant]]:
+    """``(task name, variant)`` of every :attr:`Task.model_variants` a registered task declares."""
+    return [(name, v) for name in TASKS.names() for v in vars(TASKS.get(name)).get("model_variants", ())]
 
 
 def builtin_models() -> list[tuple[str, str, str]]:

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from typing import Optional, Sequence
 
 from adaptive_decoding.framework.core.params import Param, ParameterError
-from adaptive_decoding.framework.tasks.base import TASKS, Example, Recipe, Task, fold_whitespace
+from adaptive_decoding.framework.tasks.base import TASKS, Example, ModelVariant, Recipe, Task, fold_whitespace
 from adaptive_decoding.framework.tasks.vocab import VOCAB
 
 # ====================================================================== pairs
@@ -140,6 +140,13 @@ class PhrasesTask(PairsTask):
     recipe = Recipe(max_minutes=30.0, max_steps=3000, batch_size=64, val_size=128, val_every=1000, n_test=300)
     model_name = "tiny-phrases"
     model_description = "pairs at scale: up to 42 phrase slots in 128 tokens"
+    # tiny-phrases adapted to block diffusion (LLaDA2.x's layout: canvas blocks of 32, block-causal) by
+    # fine-tuning with the two-copy objective, as Fast-dLLM v2 and SDAR adapt their models
+    model_variants = (ModelVariant(
+        "tiny-phrases-bd32", "tiny-phrases as a block-diffusion model (block-causal, blocks of 32)",
+        block_size=32, init_from="tiny-phrases",
+        recipe=(("max_steps", 400), ("max_minutes", 25.0), ("lr", 1e-3), ("warmup_steps", 20),
+                ("val_every", 200))),)
     params = {
         "min_groups": Param(int, low=1, high=64, doc="fewest phrase slots per answer"),
         "max_groups": Param(int, low=1, high=64, doc="most phrase slots (prompt places)"),

@@ -186,6 +186,8 @@ class MaskedDiffusionLM(pl.LightningModule):
 
     # -------------------------------------------------------------- steps
     def _loss(self, batch: dict, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        if self.denoiser.block_causal:
+            return self._block_loss(batch, generator)
         x0, answer = batch["input_ids"], batch["answer_mask"]
         t = sample_t(x0.shape[0], self.hparams.low_discrepancy, generator, x0.device)
         x_t, masked, p_mask = forward_process(x0, answer, self.tiny_config.mask_token_id, t,
@@ -193,6 +195,16 @@ class MaskedDiffusionLM(pl.LightningModule):
         attn = batch["attention_mask"]
         logits = self.denoiser(x_t, attention_mask=None if bool(attn.all()) else attn)
         return masked_diffusion_loss(logits, x0, masked, p_mask, answer)
+
+    def _block_loss(self, batch: dict, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+        """The block-diffusion objective (:mod:`adaptive_decoding.framework.training.block_diffusion`)."""
+        from adaptive_decoding.framework.training import block_diffusion as bd
+
+        x0, answer, attn = batch["input_ids"], batch["answer_mask"], batch["attention_mask"]
+        x_t, masked, p_mask = bd.block_forward_process(x0, answer, self.tiny_config.mask_token_id,
+                                                       int(self.denoiser.block_size), self.hparams.eps, generator)
+        logits = bd.noisy_copy_logits(self.denoiser, x_t, x0, None if bool(attn.all()) else attn)
+        return bd.block_diffusion_loss(logits, x0, masked, p_mask, answer)
 
     def training_step(self, batch: dict, batch_idx: int) -> torch.Tensor:
         loss = self._loss(batch)

@@ -16,8 +16,10 @@ import torch
 from adaptive_decoding.framework.models.saved import CheckpointError
 from adaptive_decoding.framework.models.tiny import TinyDenoiser
 
-#: TinyConfig fields that may differ between the source and the warm-started model
-RESIZABLE = ("max_len", "dropout")
+#: TinyConfig fields that may differ between the source and the warm-started model: the canvas, the
+#: dropout, and the block size (a bidirectional model adapted to block diffusion by fine-tuning, as
+#: Fast-dLLM v2 and SDAR adapt theirs: the weights are the same, only the attention mask changes)
+RESIZABLE = ("max_len", "dropout", "block_size")
 
 
 def check_compatible(target: TinyDenoiser, source: TinyDenoiser, source_name: str) -> None:

@@ -41,12 +41,15 @@ def train_missing_builtin(name: str, folder: Path, progress: bool) -> None:
                 f"run?); move the folder away to retrain, nothing was deleted"
             )
         recipe = spec.recipe()
+        if spec.init_from is not None:  # the model it is adapted from, trained first when it is missing too
+            load_model(spec.init_from, progress=progress)
         print(f"adec: model {name!r} is not in the cache; training it on task {spec.task!r} "
               f"(about {recipe['max_minutes']:g} min on CPU) into {folder}", file=sys.stderr, flush=True)
         staging = folder.parent / f".{name}.partial-{os.getpid()}"
         mode = os.environ.get("WANDB_MODE", "offline")
-        result = train_denoiser(spec.task, out_dir=staging, seed=spec.seed, model_size=spec.size,
-                                progress=progress, wandb_mode=mode if mode in ("online", "disabled") else "offline")
+        result = train_denoiser(spec.task, out_dir=staging, progress=progress,
+                                wandb_mode=mode if mode in ("online", "disabled") else "offline",
+                                **spec.training_overrides())
         if folder.exists():
             folder.rmdir()  # empty (checked above)
         os.replace(staging, folder)
