@@ -231,7 +231,13 @@ def finished_by_end(commit: torch.Tensor, x0: torch.Tensor, eligible: torch.Tens
 @CONTROLLERS.register("llada21", aliases=("joint_threshold",))
 class LLaDA21JointThreshold(Controller):
     """LLaDA2.1's joint threshold: M2T commits above τ (at least n), T2T edits of decided positions whose
-    prediction changed with p > τ_edit, the block kept open while it edits (module docstring)."""
+    prediction changed with p > τ_edit, the block kept open while it edits (module docstring).
+
+    Editing reads the model's prediction at *visible* positions. LLaDA2.1 is trained to make it (its
+    token-to-token objective); a model trained with the masked-diffusion loss alone (LLaDA-8B, Dream,
+    MDLM, LLaDA2.0, this project's tiny denoisers) never is, and there the edits rewrite correct
+    tokens: measured on tiny-phrases, 160 edits a sample and 9 % of answers valid (100 % without
+    edits, as ``llada2``; 3 % on its block-diffusion variant tiny-phrases-bd32). With such a model set ``editing_threshold`` to 1.0 (no edits: LLaDA2.0's rule)."""
 
     kind = "baseline"
     edits = True

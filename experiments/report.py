@@ -301,7 +301,11 @@ _READING = [
     "Dream, Fast-dLLM, EB, ...); `heuristic`, `tuned` (Optuna) and `learned` are this project's "
     "controllers; `oracle` commits exactly the tokens the reference ends with, the upper bound on tokens "
     "per forward at the reference's output.",
-    "- *tokens per forward* = generated positions / NFE, averaged over samples.",
+    "- *tokens per forward*, as the field counts it (the d3LLM leaderboard, dInfer): the answers' tokens "
+    "(up to and including the first end-of-text, or all G) summed over the examples, divided by the "
+    "forwards summed over them; *per-sample mean*, where shown, is the mean of each answer's tokens / its "
+    "NFE, which flatters a decoder whose forwards vary between examples. AUP and every matched "
+    "comparison use the pooled figure.",
     "- *AUP* (accuracy under parallelism, the d3LLM leaderboard's score): over a curve's points (ρ tokens "
     "per forward, y accuracy in percent) sorted by ρ, those more than 5 points below the first dropped, "
     "AUP = ρ₁·y₁ + Σ ½(ρᵢ − ρᵢ₋₁)(yᵢ·W(yᵢ) + yᵢ₋₁·W(yᵢ₋₁)) with W(y) = min(exp(−3(1 − y/y_max)), 1): "

@@ -30,7 +30,7 @@ time, and the block length must be b.
 
 examples:
   adec train-denoiser --task addition
-  adec train-denoiser --task phrases --init-from tiny-phrases --block-size 32 --max-steps 400 \
+  adec train-denoiser --task phrases --init-from tiny-phrases --block-size 32 --max-steps 400 \\
       --lr 1e-3 --out runs/models/phrases-bd32
   adec train-denoiser --task sudoku --minutes 5 --wandb disabled --out runs/sudoku
   adec train-denoiser --task phrases --task-param length=256 --init-from tiny-phrases \\

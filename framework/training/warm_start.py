@@ -5,6 +5,11 @@ canvas position), so a model trained at generation length G cannot decode at 2G.
 model from scratch repeats what the shorter one already knows; :func:`warm_start` copies every weight
 and grows the position table by repeating its last row (the position that, in a task padded with
 ``[EOS]``, sits deepest in the end-of-text tail). Training then only has to teach the new positions.
+
+The same copy adapts a bidirectional model to block diffusion (``block_size`` set on the new model:
+block-causal attention, trained with the two-copy objective of
+:mod:`~adaptive_decoding.framework.training.block_diffusion`), as Fast-dLLM v2 and SDAR adapt theirs:
+the weights carry over, only the attention mask changes.
 """
 
 from __future__ import annotations
