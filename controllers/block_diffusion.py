@@ -237,7 +237,8 @@ class LLaDA21JointThreshold(Controller):
     token-to-token objective); a model trained with the masked-diffusion loss alone (LLaDA-8B, Dream,
     MDLM, LLaDA2.0, this project's tiny denoisers) never is, and there the edits rewrite correct
     tokens: measured on tiny-phrases, 160 edits a sample and 9 % of answers valid (100 % without
-    edits, as ``llada2``; 3 % on its block-diffusion variant tiny-phrases-bd32). With such a model set ``editing_threshold`` to 1.0 (no edits: LLaDA2.0's rule)."""
+    edits, as ``llada2``; 3 % on its block-diffusion variant tiny-phrases-bd32). With such a model
+    set ``editing_threshold`` to 1.0 (no edits: LLaDA2.0's rule)."""
 
     kind = "baseline"
     edits = True
