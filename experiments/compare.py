@@ -493,9 +493,9 @@ def against_base_markdown(name: str, result: dict, targets: Optional[AgainstBase
     md = [f"### {name}: lookahead and revocable decoding against their base", "",
           "Each point against its base curve, unmatched by interpolation: at equal NFE the base's best "
           "accuracy with no more NFE; at equal accuracy the base's most tokens per forward with at least "
-          "that accuracy (tokens per forward: the mean of G / NFE over samples), and the forwards ratio: the "
-          "fewest mean NFE of a base point with at least that accuracy over the variant's (total tokens "
-          "over total forwards).", ""]
+          "that accuracy (tokens per forward pooled: answer tokens summed over the examples / forwards "
+          "summed over them), and the forwards ratio: the fewest mean NFE of a base point with at least "
+          "that accuracy over the variant's.", ""]
     head = ["variant", "base", "accuracy", "NFE", "tokens/forward", "base at ≤ NFE", "Δ accuracy (points)",
             "base at ≥ accuracy", "tokens/forward ratio", "forwards ratio"]
     md += markdown_table(head, [[q["variant"], q["base"], *_matched_cells(q, "base")] for q in result["points"]])
