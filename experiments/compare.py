@@ -436,8 +436,9 @@ def _gains(points: list[dict], targets: AgainstBaseTargets) -> dict[str, Any]:
 
 
 def _wino(curves: set[str], aups: dict) -> dict[str, Any]:
-    """WINO's curves' AUP against Fast-dLLM's (their base)."""
-    wino = {c: aups[c] for c in curves if c.startswith("wino") and c in aups}
+    """WINO's curves' AUP against Fast-dLLM's (their base), in the curves' name order (a set's order
+    changes between runs)."""
+    wino = {c: aups[c] for c in sorted(curves) if c.startswith("wino") and c in aups}
     wins = [c for c, v in wino.items() if (b := base_of(c, "wino", curves)) and b in aups and v > aups[b]]
     return {"met": bool(wins), "by": wins,
             "aups": {c: (v, aups.get(base_of(c, "wino", curves) or "")) for c, v in wino.items()}}

@@ -65,6 +65,16 @@ def test_points_are_matched_without_interpolation_and_targets_judged():
     assert "a gain on 1 of 1 task(s): a" in line and "below its base at equal NFE on 1: a" in line
 
 
+def test_wino_curves_are_listed_in_name_order_whatever_the_set_order():
+    """The report is the same text on every run: the WINO line does not follow a set's hash order."""
+    names = ["wino (τ₂=0.98)", "wino", "wino (δ=0.2)", "wino (T=1)", "wino (τ₂=0.9)"]
+    rows = [row("fast_dllm", "f", 0.7, 10.0, "fast_dllm"), row("fast_dllm (T=1)", "f1", 0.7, 10.0, "fast_dllm")]
+    rows += [row(n, f"{n} point", 0.7, 8.0, "wino") for n in names]
+    aups = {n: 100.0 + i for i, n in enumerate(names)} | {"fast_dllm": 50.0, "fast_dllm (T=1)": 50.0}
+    listed = list(against_base(rows, aups=aups, targets=BASE)["targets"]["wino_over_fast_dllm"]["aups"])
+    assert listed == sorted(names)
+
+
 def test_a_verified_wrapper_is_compared_with_its_own_drafter():
     pol = {"policy": "p.pt"}
     learned = [dict(row("learned", f"l ({t})", a, n, "learned"), params={**pol, "threshold": t},
