@@ -83,15 +83,29 @@ def _number_singles(ax, singles: list[dict]) -> list[str]:
     return [f"{n}  {short(r['strategy'], 44)}" for n, r in enumerate(singles, start=1)]
 
 
-def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = None) -> Path:
-    """The quality-versus-tokens-per-forward plot of one task's rows (``aup``: curve -> AUP), as a PNG."""
-    import matplotlib
+def figure_height(n_legend: int, n_key: int) -> float:
+    """Inches of figure height that hold the axes (at least 5.6) and, beside them, a legend of
+    ``n_legend`` entries above a numbered key of ``n_key`` lines, none of them clipped."""
+    return max(5.6, 0.8 + 0.165 * n_legend + 0.115 * n_key)
 
-    matplotlib.use("Agg")
+
+def legend_with_key(fig, ax, key: list[str]) -> None:
+    """The legend right of the axes, from their top, and the numbered key under the legend (placed
+    after a draw, from the legend's drawn height, so the two never overlap)."""
+    legend = ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8,
+                       handlelength=3.2)
+    if not key:
+        return
+    fig.canvas.draw()
+    bottom = ax.transAxes.inverted().transform(legend.get_window_extent())[0][1]
+    ax.text(1.02, bottom - 0.02, "\n".join(key), transform=ax.transAxes, fontsize=6.5, va="top",
+            ha="left", family="monospace")
+
+
+def _draw_curves(ax, curves: "OrderedDict[str, list[dict]]", aup: Optional[dict]) -> None:
+    """One line per curve of more than one point, named with its AUP."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(10.5, 5.6), dpi=120)
-    curves = curves_of(rows)
     palette = plt.get_cmap("Dark2")  # not the kind colours (tab10), so a line is never read as a kind
     lines = [c for c, pts in curves.items() if len(pts) > 1]
     for i, name in enumerate(lines):
@@ -102,7 +116,10 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
                 ls=("-", "--", "-.")[(i // 8) % 3],
                 marker="^" if pts[0]["lookahead"] else "o", zorder=3,
                 label=short(name, 34) + (f" (AUP {score:.1f})" if score is not None else ""))
-    singles = [pts[0] for pts in curves.values() if len(pts) == 1]
+
+
+def _draw_singles(ax, singles: list[dict]) -> None:
+    """The single points, one marker per kind (the reference a square, the oracle a star)."""
     for kind in KIND_ORDER:
         for look in (False, True):
             sel = [r for r in singles if r["kind"] == kind and r["lookahead"] == look]
@@ -114,30 +131,51 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
                        s=170 if kind == "oracle" else 46, zorder=4, edgecolors="white", linewidths=0.5,
                        label=("reference (1 token per step)" if kind == "reference" else kind)
                        + (" + lookahead" if look else ""))
-    key = _number_singles(ax, singles)
+
+
+def _draw_guides(ax, rows: list[dict], curves: "OrderedDict[str, list[dict]]") -> None:
+    """The Pareto front (dashed grey step), the reference's quality and the oracle's tokens per
+    forward (dotted lines)."""
     flat = [r for pts in curves.values() for r in pts if r["kind"] != "oracle"]
     front = pareto_front([(-r["tpf"], r["quality"]) for r in flat], rows[0]["higher_is_better"])
     if len(front) > 1:
         ax.step([flat[i]["tpf"] for i in front], [flat[i]["quality"] for i in front], where="post",
-                color="#888888",
-                lw=0.9, ls="--", zorder=2, label="Pareto front")
+                color="#888888", lw=0.9, ls="--", zorder=2, label="Pareto front")
     for r in rows:
         if r["kind"] == "reference" and r.get("quality") is not None:
             ax.axhline(r["quality"], color=KIND_COLOURS["reference"], lw=0.7, ls=":", zorder=1)
         if r["kind"] == "oracle" and r.get("tpf") is not None:
             ax.axvline(r["tpf"], color=KIND_COLOURS["oracle"], lw=0.8, ls=":", zorder=1)
+
+
+def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = None) -> Path:
+    """The quality-versus-tokens-per-forward plot of one task's rows (``aup``: curve -> AUP), as a PNG.
+
+    The figure grows with the legend and the key, and is saved with a tight bounding box, so a long
+    title, a legend of 40 curves and the key under it are all in the image."""
+    import textwrap
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    curves = curves_of(rows)
+    singles = [pts[0] for pts in curves.values() if len(pts) == 1]
+    n_legend = sum(len(pts) > 1 for pts in curves.values()) + len({(r["kind"], r["lookahead"]) for r in singles}) + 1
+    fig, ax = plt.subplots(figsize=(10.5, figure_height(n_legend, len(singles))), dpi=120)
+    _draw_curves(ax, curves, aup)
+    _draw_singles(ax, singles)
+    key = _number_singles(ax, singles)
+    _draw_guides(ax, rows, curves)
     if rows[0]["quality_metric"] == "accuracy":
         ax.set_ylim(-0.03, 1.03)
     ax.set_xlabel("tokens per forward (answer tokens / forwards, pooled over the examples; higher is more parallel)")
     ax.set_ylabel(quality_label(rows[0]))
-    ax.set_title(title, fontsize=10)
+    ax.set_title(textwrap.fill(title, 90), fontsize=10)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8, handlelength=3.2)
-    if key:
-        ax.text(1.02, 0.0, "\n".join(key), transform=ax.transAxes, fontsize=6.5, va="bottom", ha="left",
-                family="monospace")
-    fig.tight_layout()
+    legend_with_key(fig, ax, key)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return path
