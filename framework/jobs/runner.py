@@ -304,8 +304,7 @@ def _run_batches(queue: deque[WorkItem], job: _Job, sizer: BatchSizer, summary: 
             push_chunks(explicit, batch, sizer.size)
             continue
         try:
-            rows = _decode_batch(batch, job.loaded_model, job.lookahead, job.fallback, job.settings_hash,
-                                 job.item_timeout_s, job.deadline, job.job_timeout_s, job.t_job, job.task)
+            rows = _decode_batch(batch, job)
         except DeadlineExceeded as exc:
             if exc.kind == "job":
                 summary.status = "job_timeout"
@@ -326,8 +325,7 @@ def _run_batches(queue: deque[WorkItem], job: _Job, sizer: BatchSizer, summary: 
             sink.emit(rows)
             sizer.on_success(len(batch))
             continue
-        _on_failure(batch, kind, reason, explicit, sizer, summary, sink.retried, job.max_retries,
-                    job.fallback, sink.emit, job.settings_hash, job.loaded_model)
+        _on_failure(batch, kind, reason, job, explicit, summary, sink)
 
 
 def _failure_kind(exc: Exception) -> tuple[str, str]:
@@ -397,21 +395,23 @@ def _read_output(path: str, settings_hash: str, overwrite: bool, retry_errors: b
     return out, existing
 
 
-def _decode_batch(batch: list[WorkItem], loaded_model: Any, lookahead: Any, fallback: Optional[Controller],
-                  settings_hash: str, item_timeout_s: Optional[float], job_deadline: Optional[float],
-                  job_timeout_s: Optional[float], t_job: float, task: Any = None) -> list[dict]:
+def _decode_batch(batch: list[WorkItem], job: _Job) -> list[dict]:
     """Decode one batch (all of one group and mode) into rows, with the batch's
-    :meth:`DecodeContext.for_batch` (its items' prompts and metas, ``task``'s spans); raises on any failure."""
+    :meth:`DecodeContext.for_batch` (its items' prompts and metas, the job's task's spans), under the
+    job's item and job deadlines; raises on any failure."""
     mode = batch[0].mode
     group = batch[0].group
-    ctrl = fallback if mode == "fallback" else group.controller
+    ctrl = job.fallback if mode == "fallback" else group.controller
     assert ctrl is not None
-    la = lookahead if mode == "normal" else None
+    la = job.lookahead if mode == "normal" else None
+    loaded_model, settings_hash = job.loaded_model, job.settings_hash
     started = time.monotonic()
-    model = DeadlineModel(loaded_model.denoiser, started, item_timeout_s, job_deadline, job_timeout_s, t_job)
+    model = DeadlineModel(loaded_model.denoiser, started, job.item_timeout_s, job.deadline, job.job_timeout_s,
+                          job.t_job)
     t0 = time.perf_counter()
     tok = loaded_model.tokenizer
-    context = DecodeContext.for_batch(tok, [w.item for w in batch], task=task, gen_length=group.config.gen_length)
+    context = DecodeContext.for_batch(tok, [w.item for w in batch], task=job.task,
+                                      gen_length=group.config.gen_length)
     context = with_reference(context, model, [w.ids for w in batch], ctrl, group.config, seeds=[w.seed for w in batch])
     res = guarded_decode(model, [w.ids for w in batch], ctrl, group.config, name=controller_name(ctrl),
                          seeds=[w.seed for w in batch], lookahead=la, context=context)
@@ -438,10 +438,12 @@ def _hashed_config(config: DecodeConfig) -> dict[str, Any]:
     return {**REMOVED_DEFAULTS, **kept}
 
 
-def _on_failure(batch: list[WorkItem], kind: str, reason: str, explicit: deque, sizer: BatchSizer,
-                summary: JobSummary, retried: set, max_retries: int, fallback: Optional[Controller],
-                emit: Callable[[list[dict]], None], settings_hash: str, loaded_model: Any) -> None:
-    """Bisect a failed batch; retry, fall back or write an error row for a failed single item."""
+def _on_failure(batch: list[WorkItem], kind: str, reason: str, job: _Job, explicit: deque,
+                summary: JobSummary, sink: _RowSink) -> None:
+    """Bisect a failed batch (both halves to the front of ``explicit``); retry a failed single item
+    up to the job's ``max_retries``, then decode it with the fallback controller (a controller
+    failure) or without lookahead (a scorer failure), else write its error row to ``sink``."""
+    max_retries, fallback = job.max_retries, job.fallback
     if len(batch) > 1:
         half = len(batch) // 2
         explicit.appendleft(batch[half:])
@@ -452,7 +454,7 @@ def _on_failure(batch: list[WorkItem], kind: str, reason: str, explicit: deque, 
     if w.mode_failures < max_retries:
         w.mode_failures += 1
         w.retries += 1
-        retried.add(w.id)
+        sink.retried.add(w.id)
         explicit.appendleft([w])
         return
     if kind == "controller" and w.mode != "fallback" and fallback is not None:
@@ -466,4 +468,4 @@ def _on_failure(batch: list[WorkItem], kind: str, reason: str, explicit: deque, 
         w.fallback_reason = f"{reason} (failed {max_retries + 1} times); decoded without lookahead"
         explicit.appendleft([w])
         return
-    emit([error_row(w, loaded_model, settings_hash, kind, reason, fallback)])
+    sink.emit([error_row(w, job.loaded_model, job.settings_hash, kind, reason, fallback)])
