@@ -8,14 +8,15 @@ vertical line at its tokens per forward (the most parallel decode that reproduce
 The Pareto front (most tokens per forward for a quality, the oracle left out) is a dashed grey step.
 A single point carries a number, and a numbered key beside the plot names it: where points cluster
 (several decoders at 4–7 tokens per forward), the numbers of nearby points are stacked apart
-(:func:`label_offsets`) instead of printing their names over each other.
+(:func:`label_offsets`) instead of printing their names over each other. The legend stands right of
+the axes and the key under it (:func:`legend_with_key`); the figure grows with both.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Any, Optional, Sequence
 
 KIND_ORDER = ("reference", "baseline", "heuristic", "tuned", "learned", "oracle")
 KIND_COLOURS = {"reference": "#000000", "baseline": "#1f77b4", "heuristic": "#2ca02c", "tuned": "#ff7f0e",
@@ -89,7 +90,7 @@ def figure_height(n_legend: int, n_key: int) -> float:
     return max(5.6, 0.8 + 0.165 * n_legend + 0.115 * n_key)
 
 
-def legend_with_key(fig, ax, key: list[str]) -> None:
+def legend_with_key(fig: Any, ax: Any, key: list[str]) -> None:
     """The legend right of the axes, from their top, and the numbered key under the legend (placed
     after a draw, from the legend's drawn height, so the two never overlap)."""
     legend = ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8,
