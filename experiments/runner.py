@@ -170,6 +170,7 @@ def run_experiment(exp: "Experiment | str | os.PathLike", out_dir: "str | os.Pat
     wb = _init_wandb(log, exp, run_dir, len(cells)) if dist.is_main else None
     bar = _progress_bar(exp.name, len(cells), len(done)) if dist.is_main and log.progress else None
     evaluated: list[str] = []
+    late: list[str] = []  # finished by another process after this one started
     interrupted = False
     device = resolve_device(exp.device, dist.local_rank)
     tasks: dict[str, Any] = {}
@@ -179,7 +180,8 @@ def run_experiment(exp: "Experiment | str | os.PathLike", out_dir: "str | os.Pat
             for cell in cells:
                 if cell.id in done:
                     _refresh_finished(cell, cells_dir / cell.id, tasks, device)
-        interrupted = _run_cells(todo, exp, dist, cells_dir, device, tasks, run.max_cells, evaluated, bar, wb)
+        loop = _CellLoop(exp, dist, cells_dir, device, tasks, run.max_cells, bar, wb, evaluated, late)
+        interrupted = _run_cells(todo, loop)
     finally:
         if bar is not None:
             bar.close()
@@ -187,7 +189,7 @@ def run_experiment(exp: "Experiment | str | os.PathLike", out_dir: "str | os.Pat
         if wb is not None:
             _finish_wandb(wb, rows)
     return RunResult(run_dir=run_dir, rows=rows, evaluated=evaluated,
-                     reused=[c for c in done if c in {x.id for x in cells}], interrupted=interrupted)
+                     reused=[c for c in done if c in {x.id for x in cells}] + late, interrupted=interrupted)
 
 
 def _progress_bar(name: str, total: int, done: int) -> Any:
@@ -236,32 +238,70 @@ def _finished_cells(cells: list[Cell], cells_dir: Path, run_dir: Path, dist: Any
     return done, todo
 
 
-def _run_cells(todo: list[Cell], exp: Experiment, dist: Any, cells_dir: Path, device: Any,
-               tasks: dict[str, Any],
-               max_cells: Optional[int], evaluated: list[str], bar: Any, wb: Any) -> bool:
+@dataclass
+class _CellLoop:
+    """What evaluating the unfinished cells needs: the experiment, the process group, where cells are
+    written, the device, the tasks loaded so far, the cell limit, the progress bar and the W&B run;
+    ``evaluated`` and ``late`` collect the ids this process evaluated and the ids another process
+    finished first."""
+
+    exp: Experiment
+    dist: Any
+    cells_dir: Path
+    device: Any
+    tasks: dict[str, Any]
+    max_cells: Optional[int]
+    bar: Any
+    wb: Any
+    evaluated: list[str]
+    late: list[str]
+
+
+def _finished_meanwhile(cell: Cell, loop: _CellLoop) -> bool:
+    """Whether another ``adec run`` on the same run folder finished ``cell`` after this one listed the
+    unfinished cells (rank 0 looks; every rank gets its answer). Such a cell is reused, not
+    recomputed, so several processes can share one run folder."""
+    finished = (loop.cells_dir / cell.id / "summary.json").is_file() if loop.dist.is_main else False
+    if not loop.dist.broadcast(finished):
+        return False
+    if loop.dist.is_main:
+        _refresh_finished(cell, loop.cells_dir / cell.id, loop.tasks, loop.device)
+        print(f"adec run: cell {cell.id} was finished by another process meanwhile; reusing it",
+              file=sys.stderr)
+    loop.late.append(cell.id)
+    if loop.bar is not None:
+        loop.bar.update(1)
+    return True
+
+
+def _run_cells(todo: list[Cell], loop: _CellLoop) -> bool:
     """Evaluate the unfinished cells in order (rank 0 writes each, logs it to W&B), appending each id
-    to ``evaluated``; returns whether ``max_cells`` stopped the run early."""
+    to ``loop.evaluated`` and skipping one another process finished meanwhile; returns whether
+    ``max_cells`` stopped the run early."""
+    dist = loop.dist
     for cell in todo:
-        if max_cells is not None and len(evaluated) >= max_cells:
+        if loop.max_cells is not None and len(loop.evaluated) >= loop.max_cells:
             return True
-        if bar is not None:
-            bar.set_postfix_str(cell.describe()[:60])
-        task = _task_for(tasks, cell.task)
-        loaded = load_any_model(cell.model, device=device)
+        if _finished_meanwhile(cell, loop):
+            continue
+        if loop.bar is not None:
+            loop.bar.set_postfix_str(cell.describe()[:60])
+        task = _task_for(loop.tasks, cell.task)
+        loaded = load_any_model(cell.model, device=loop.device)
         if cell.strategy.tune:
             from adaptive_decoding.experiments.tuned import tuned_cell
 
-            cell = tuned_cell(cell, loaded, task, cells_dir.parent / "tuned", exp.batch_size, dist)
+            cell = tuned_cell(cell, loaded, task, loop.cells_dir.parent / "tuned", loop.exp.batch_size, dist)
         t0 = time.perf_counter()
-        result = evaluate_cell(cell, loaded, task, exp, dist)
+        result = evaluate_cell(cell, loaded, task, loop.exp, dist)
         seconds = time.perf_counter() - t0
         if dist.is_main:
-            row = _write_cell(cell, cells_dir / cell.id, result, task, device, seconds, dist.world_size,
-                              loaded)
-            _log_wandb(wb, cell, row)
-        evaluated.append(cell.id)
-        if bar is not None:
-            bar.update(1)
+            row = _write_cell(cell, loop.cells_dir / cell.id, result, task, loop.device, seconds,
+                              dist.world_size, loaded)
+            _log_wandb(loop.wb, cell, row)
+        loop.evaluated.append(cell.id)
+        if loop.bar is not None:
+            loop.bar.update(1)
         dist.barrier()
     return False
 

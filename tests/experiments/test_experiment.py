@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import types
 from pathlib import Path
@@ -347,6 +348,29 @@ def test_runs_end_to_end_resumes_after_a_kill_and_never_recomputes(tmp_path, mon
     env = json.loads((run_dir / "environment.json").read_text())
     assert env["cores"] and env["torch"]
 
+
+
+def test_a_cell_another_process_finished_meanwhile_is_reused_not_recomputed(tmp_path, monkeypatch, capsys):
+    """Two `adec run`s on one run folder: the second cell, finished by the other process while this
+    one decoded the first, is taken from the folder (its figures, a reused cell), not decoded again."""
+    path = write(tmp_path, two_strategy())
+    elsewhere = run_experiment(path, tmp_path / "other", quiet())  # what the other process writes
+    first, second = [c.id for c in load_experiment(path).cells()]
+    out = tmp_path / "runs"
+
+    class OtherProcessFinishes(Counter):
+        def __call__(self, cell, *args, **kwargs):
+            shutil.copytree(elsewhere.run_dir / "cells" / second, out / "two" / "cells" / second)
+            return super().__call__(cell, *args, **kwargs)
+
+    counter = OtherProcessFinishes()
+    monkeypatch.setattr(E, "evaluate_cell", counter)
+    res = run_experiment(path, out, quiet())
+    assert counter.calls == [first] and res.evaluated == [first] and res.reused == [second]
+    assert f"cell {second} was finished by another process meanwhile" in capsys.readouterr().err
+    by_cell = {r["cell"]: r for r in res.rows}
+    theirs = json.loads((elsewhere.run_dir / "cells" / second / "summary.json").read_text())
+    assert set(by_cell) == {first, second} and by_cell[second]["nfe"] == theirs["nfe"]
 
 def test_a_finished_cell_whose_policy_file_changed_since_is_reported_stale(tmp_path):
     from adaptive_decoding.experiments.runner import stale_inputs
