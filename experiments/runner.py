@@ -13,7 +13,7 @@ import os
 import platform
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -169,18 +169,15 @@ def run_experiment(exp: "Experiment | str | os.PathLike", out_dir: "str | os.Pat
     done, todo = _finished_cells(cells, cells_dir, run_dir, dist)
     wb = _init_wandb(log, exp, run_dir, len(cells)) if dist.is_main else None
     bar = _progress_bar(exp.name, len(cells), len(done)) if dist.is_main and log.progress else None
-    evaluated: list[str] = []
-    late: list[str] = []  # finished by another process after this one started
     interrupted = False
     device = resolve_device(exp.device, dist.local_rank)
-    tasks: dict[str, Any] = {}
+    loop = _CellLoop(exp, dist, cells_dir, device, run.max_cells, bar, wb)
     try:
         # finished cells: add metrics requested since and take curve and kind, from the stored samples
         if dist.is_main:
             for cell in cells:
                 if cell.id in done:
-                    _refresh_finished(cell, cells_dir / cell.id, tasks, device)
-        loop = _CellLoop(exp, dist, cells_dir, device, tasks, run.max_cells, bar, wb, evaluated, late)
+                    _refresh_finished(cell, cells_dir / cell.id, loop.tasks, device)
         interrupted = _run_cells(todo, loop)
     finally:
         if bar is not None:
@@ -188,8 +185,8 @@ def run_experiment(exp: "Experiment | str | os.PathLike", out_dir: "str | os.Pat
         rows = _write_summary(exp, cells, cells_dir, run_dir) if dist.is_main else []
         if wb is not None:
             _finish_wandb(wb, rows)
-    return RunResult(run_dir=run_dir, rows=rows, evaluated=evaluated,
-                     reused=[c for c in done if c in {x.id for x in cells}] + late, interrupted=interrupted)
+    return RunResult(run_dir=run_dir, rows=rows, evaluated=loop.evaluated,
+                     reused=[c for c in done if c in {x.id for x in cells}] + loop.late, interrupted=interrupted)
 
 
 def _progress_bar(name: str, total: int, done: int) -> Any:
@@ -241,20 +238,20 @@ def _finished_cells(cells: list[Cell], cells_dir: Path, run_dir: Path, dist: Any
 @dataclass
 class _CellLoop:
     """What evaluating the unfinished cells needs: the experiment, the process group, where cells are
-    written, the device, the tasks loaded so far, the cell limit, the progress bar and the W&B run;
-    ``evaluated`` and ``late`` collect the ids this process evaluated and the ids another process
-    finished first."""
+    written, the device, the cell limit, the progress bar and the W&B run; it collects the tasks
+    loaded so far, the ids this process evaluated (``evaluated``) and the ids another process
+    finished first (``late``)."""
 
     exp: Experiment
     dist: Any
     cells_dir: Path
     device: Any
-    tasks: dict[str, Any]
     max_cells: Optional[int]
     bar: Any
     wb: Any
-    evaluated: list[str]
-    late: list[str]
+    tasks: dict[str, Any] = field(default_factory=dict)
+    evaluated: list[str] = field(default_factory=list)
+    late: list[str] = field(default_factory=list)
 
 
 def _finished_meanwhile(cell: Cell, loop: _CellLoop) -> bool:

@@ -349,7 +349,6 @@ def test_runs_end_to_end_resumes_after_a_kill_and_never_recomputes(tmp_path, mon
     assert env["cores"] and env["torch"]
 
 
-
 def test_a_cell_another_process_finished_meanwhile_is_reused_not_recomputed(tmp_path, monkeypatch, capsys):
     """Two `adec run`s on one run folder: the second cell, finished by the other process while this
     one decoded the first, is taken from the folder (its figures, a reused cell), not decoded again."""
@@ -371,6 +370,7 @@ def test_a_cell_another_process_finished_meanwhile_is_reused_not_recomputed(tmp_
     by_cell = {r["cell"]: r for r in res.rows}
     theirs = json.loads((elsewhere.run_dir / "cells" / second / "summary.json").read_text())
     assert set(by_cell) == {first, second} and by_cell[second]["nfe"] == theirs["nfe"]
+
 
 def test_a_finished_cell_whose_policy_file_changed_since_is_reported_stale(tmp_path):
     from adaptive_decoding.experiments.runner import stale_inputs
