@@ -92,13 +92,15 @@ def figure_height(n_legend: int, n_key: int) -> float:
 
 def legend_with_key(fig: Any, ax: Any, key: list[str]) -> None:
     """The legend right of the axes, from their top, and the numbered key under the legend (placed
-    after a draw, from the legend's drawn height, so the two never overlap)."""
+    from the legend's laid-out height, so the two never overlap). The figure's height is set first,
+    from the legend's entries and the key's lines (:func:`figure_height`)."""
+    fig.set_size_inches(fig.get_size_inches()[0], figure_height(len(ax.get_legend_handles_labels()[1]), len(key)))
     legend = ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), framealpha=0.8,
                        handlelength=3.2)
     if not key:
         return
-    fig.canvas.draw()
-    bottom = ax.transAxes.inverted().transform(legend.get_window_extent())[0][1]
+    extent = legend.get_window_extent(fig.canvas.get_renderer())
+    bottom = ax.transAxes.inverted().transform(extent)[0][1]
     ax.text(1.02, bottom - 0.02, "\n".join(key), transform=ax.transAxes, fontsize=6.5, va="top",
             ha="left", family="monospace")
 
@@ -163,8 +165,7 @@ def plot_task(rows: list[dict], path: Path, title: str, aup: Optional[dict] = No
 
     curves = curves_of(rows)
     singles = [pts[0] for pts in curves.values() if len(pts) == 1]
-    n_legend = sum(len(pts) > 1 for pts in curves.values()) + len({(r["kind"], r["lookahead"]) for r in singles}) + 1
-    fig, ax = plt.subplots(figsize=(10.5, figure_height(n_legend, len(singles))), dpi=120)
+    fig, ax = plt.subplots(figsize=(10.5, 5.6), dpi=120)
     _draw_curves(ax, curves, aup)
     _draw_singles(ax, singles)
     key = _number_singles(ax, singles)

@@ -19,7 +19,8 @@ def test_labels_of_a_cluster_stack_and_lone_points_keep_the_plain_offset():
 
 def test_the_numbered_key_sits_under_a_legend_taller_than_the_axes():
     """40 curves (the benchmark has 36) and 6 numbered points: the key starts below the legend's
-    bottom (it was drawn at the axes' bottom, under a legend that reached past it)."""
+    bottom (it was drawn at the axes' bottom, under a legend that reached past it), and the figure
+    grows to hold both."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -27,11 +28,12 @@ def test_the_numbered_key_sits_under_a_legend_taller_than_the_axes():
 
     from adaptive_decoding.experiments.plots import figure_height, legend_with_key
 
-    fig, ax = plt.subplots(figsize=(10.5, figure_height(40, 6)), dpi=60)
+    fig, ax = plt.subplots(figsize=(10.5, 5.6), dpi=60)
     for i in range(40):
         ax.plot([0, 1], [i, i], label=f"curve number {i} with a long name (AUP {i}.0)")
     ax.set_title("sudoku9(max_givens=22,min_givens=17,unique=False): accuracy vs tokens per forward " * 2)
     legend_with_key(fig, ax, [f"{n}  single point {n}" for n in range(1, 7)])
+    assert fig.get_size_inches()[1] == figure_height(40, 6)  # the figure grew with the legend and key
     fig.canvas.draw()
     key = ax.texts[-1].get_window_extent()
     legend = ax.get_legend().get_window_extent()
